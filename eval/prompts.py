@@ -1,0 +1,40 @@
+"""Prompt templates shared by evaluation and training.
+
+`dapo` is the DAPO-Math-17k prompt the RPG paper trains and evaluates with (answer on a
+last line "Answer: ..."); `boxed` is the common "\\boxed{}" style used by other labs.
+A template is applied through the tokenizer's chat template when the tokenizer has one,
+raw otherwise, so the same text reaches hub models and the tiny local model.
+"""
+
+from __future__ import annotations
+
+TEMPLATES: dict[str, str] = {
+    "dapo": (
+        "Solve the following math problem step by step. The last line of your response "
+        "should be of the form Answer: $Answer (without quotes) where $Answer is the answer "
+        "to the problem.\n\n{problem}\n\n"
+        'Remember to put your answer on its own line after "Answer:".'
+    ),
+    "boxed": "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+}
+
+
+def render(problem: str, template: str) -> str:
+    """The user message for `problem` under `template` (no chat formatting)."""
+    try:
+        text = TEMPLATES[template]
+    except KeyError:
+        raise ValueError(
+            f"template={template!r} is not registered; choose one of {sorted(TEMPLATES)}"
+        ) from None
+    return text.format(problem=problem)
+
+
+def build_prompt(problem: str, template: str, tokenizer=None) -> str:
+    """The full prompt string: chat-formatted when `tokenizer` has a chat template."""
+    message = render(problem, template)
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+        )
+    return message
