@@ -1,0 +1,75 @@
+"""KL estimators on sampled tokens and exact divergences on enumerable distributions.
+
+Estimators (Schulman 2020, "Approximating KL divergence"), with r = pi_ref / pi on the
+sampled token, so that each is a sample of KL(pi || ref) when the token comes from pi:
+
+    k1 = -log r          unbiased, high variance, can be negative
+    k2 = (log r)^2 / 2   biased, low variance
+    k3 = r - 1 - log r   unbiased, non-negative; under pi its mean is UKL(pi || ref)
+                         (paper App. D), under pi_old it is UKL(pi_old || pi) when ref = pi
+
+Exact forms take full probability tensors (last dim = outcomes) and are used by the
+audit and the tests; the unnormalized KL (UKL) adds the mass term sum(q - p).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import LossConfig
+
+ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi || ref) sample. logp, ref_logp: [B, T] -> [B, T]."""
+    log_r = ref_logp - logp
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k2":
+        return 0.5 * log_r**2
+    if estimator == "k3":
+        return torch.expm1(log_r) - log_r  # expm1 keeps precision when r ~ 1
+    raise ValueError(f"estimator={estimator!r} is not registered; choose one of {ESTIMATORS}")
+
+
+def kl_reward_penalty(
+    cfg: LossConfig, logp: torch.Tensor, ref_logp: torch.Tensor | None, mask: torch.Tensor
+) -> torch.Tensor | None:
+    """Per-token penalty beta * k(rollout policy vs ref) for a KL placed in the reward.
+
+    logp: [B, T] log-probs of the policy that generated the batch (no grad);
+    ref_logp: [B, T] or None (reference = rollout policy, so the penalty is zero).
+    Returns [B, T] (zero off the mask), or None when cfg puts no KL in the reward.
+    """
+    if cfg.kl_placement != "reward":
+        return None
+    if ref_logp is None:
+        return torch.zeros_like(logp)
+    return cfg.beta * kl_estimate(logp.detach(), ref_logp.detach(), cfg.estimator) * mask
+
+
+# --- exact divergences on enumerable distributions (audit, tests) --------------------------
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) = sum p log(p / q) over the last dim."""
+    return (p * (p.log() - q.log())).sum(-1)
+
+
+def ukl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Unnormalized KL(p || q) = sum p log(p / q) - p + q (equals KL for normalized p, q)."""
+    return (p * (p.log() - q.log()) - p + q).sum(-1)
+
+
+def divergence(name: str, pi: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """The regularizer D(pi, ref) named by a LossConfig.divergence."""
+    if name == "fkl":
+        return kl(ref, pi)
+    if name == "ufkl":
+        return ukl(ref, pi)
+    if name == "rkl":
+        return kl(pi, ref)
+    if name == "urkl":
+        return ukl(pi, ref)
+    raise ValueError(f"divergence={name!r} is not registered; choose fkl, rkl, ufkl or urkl")

@@ -1,0 +1,261 @@
+"""Surrogate policy losses: the RPG family, PPO/GRPO/DAPO clip, importance-weighted REINFORCE.
+
+Legend: B = batch (sequences), T = response tokens. Per token, with grad only through logp:
+
+    w = pi / mu = exp(logp - old_logp)       importance weight to the behaviour policy mu
+    q = ref / mu = exp(ref_logp - old_logp)  reference weight (q = 1 when ref = mu)
+    rho = w / q = pi / ref
+
+RPG surrogates (paper Table 1, Props. 3.2, 3.6, E.1, E.3; the q factor generalizes them to a
+reference that differs from the sampler). grad L = -grad J for J = E_pi[R] - beta * D:
+
+    D = KL(ref||pi)   fkl    L = -w A - beta q log w
+    D = UKL(ref||pi)  ufkl   L = -w A + beta (w - q log w)                (k3 form)
+    D = KL(pi||ref)   rkl    L =  w (-A + beta log rho)
+    D = UKL(pi||ref)  urkl   L = -w A + beta (w log rho - w)
+
+(fkl uses log w instead of the table's log pi: same gradient, loss value centred at 0.)
+The REINFORCE form (paper Table 2 / App. F) is L = -SG(c) * logp with c = -dL/dlogp the
+coefficient of grad log pi above, obtained by differentiating the *same* surrogate, so
+both forms have identical per-sample gradients (Prop. 4.1) by construction.
+
+Objectives register in `OBJECTIVES` with one signature; `compute_policy_loss` picks one,
+aggregates and returns (loss, metrics). Nothing here calls .item() or touches files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from .clipping import ClipRegions, clip_regions, clipped_pg_term
+from .config import LossConfig
+from .kl import kl_estimate
+
+# --- the RPG regularizer surrogates, one per divergence ---------------------------------------
+# Each takes (logw, logq) [B, T] (grad through logw) and returns the KL part of L without beta.
+
+
+def _fkl(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    return -logq.exp() * logw
+
+
+def _ufkl(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    return logw.exp() - logq.exp() * logw
+
+
+def _rkl(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    return logw.exp() * (logw - logq)
+
+
+def _urkl(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    return logw.exp() * (logw - logq - 1.0)
+
+
+RPG_KL_SURROGATES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "fkl": _fkl,
+    "ufkl": _ufkl,
+    "rkl": _rkl,
+    "urkl": _urkl,
+}
+
+
+def stop_gradient_coefficient(
+    surrogate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    logw: torch.Tensor,
+    logq: torch.Tensor,
+) -> torch.Tensor:
+    """-d surrogate / d log pi, detached: the weight on grad log pi of a surrogate term.
+
+    Differentiates an elementwise function of a detached copy, so it costs a few
+    elementwise kernels and never touches the model's graph.
+    """
+    with torch.enable_grad():
+        x = logw.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(surrogate(x, logq.detach()).sum(), x)
+    return -grad
+
+
+# --- per-token loss terms of each objective ------------------------------------------------------
+
+
+class Terms(NamedTuple):
+    """Per-token loss terms of one objective (all [B, T], or [B, 1] for sequence ratios)."""
+
+    pg: torch.Tensor  # reward (policy-gradient) term
+    kl: torch.Tensor  # KL term, beta included
+    regions: ClipRegions  # clipped tokens
+    weight: torch.Tensor  # importance weight w = pi / mu
+
+
+def _rpg_terms(cfg, logp, logw, logq, adv) -> Terms:
+    w = logw.exp()
+    regions = clip_regions(w, adv, cfg.clip)
+    surrogate = RPG_KL_SURROGATES[cfg.divergence]
+    if cfg.form == "differentiable":
+        # Algorithm 1: dual-clip the reward term, keep the exact KL term everywhere.
+        pg = clipped_pg_term(w, adv, regions, cfg.clip)
+        kl = cfg.beta * surrogate(logw, logq)
+    else:
+        # Algorithm 2 (RPG-Style Clip): the token's whole stop-gradient weight is dropped
+        # in the clipped regions; inside, it is the exact RPG coefficient.
+        keep = regions.active.to(logp.dtype)
+        pg = -(w * adv).detach() * logp * keep
+        kl = -cfg.beta * stop_gradient_coefficient(surrogate, logw, logq) * logp * keep
+    return Terms(pg, kl, regions, w)
+
+
+def _penalty(cfg, logp, logw, logq) -> torch.Tensor:
+    """KL penalty in the loss: beta * iw * k(pi vs ref) (GRPO; Sec. 2.2's weighted fix)."""
+    if cfg.kl_placement != "loss":
+        return torch.zeros_like(logp)
+    # k depends on log(ref / pi) = logq - logw only, so (logw, logq) stand in for (logp, ref).
+    k = kl_estimate(logw, logq, cfg.estimator)
+    if cfg.kl_importance_weight == "detached":
+        k = logw.exp().detach() * k
+    elif cfg.kl_importance_weight == "differentiable":
+        k = logw.exp() * k
+    return cfg.beta * k
+
+
+def _ppo_terms(cfg, logp, logw, logq, adv) -> Terms:
+    w = logw.exp()
+    regions = clip_regions(w, adv, cfg.clip)
+    pg = clipped_pg_term(w, adv, regions, cfg.clip)
+    return Terms(pg, _penalty(cfg, logp, logw, logq), regions, w)
+
+
+def _reinforce_terms(cfg, logp, logw, logq, adv) -> Terms:
+    w = logw.exp()
+    regions = clip_regions(w, adv, cfg.clip)
+    keep = regions.active.to(logp.dtype)
+    pg = -(w * adv).detach() * logp * keep
+    return Terms(pg, _penalty(cfg, logp, logw, logq), regions, w)
+
+
+OBJECTIVES: dict[str, Callable[..., Terms]] = {
+    "rpg": _rpg_terms,
+    "ppo": _ppo_terms,
+    "reinforce": _reinforce_terms,
+}
+
+
+# --- aggregation ---------------------------------------------------------------------------------
+
+
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, agg: str, norm_len: int | None = None
+) -> torch.Tensor:
+    """Reduce per-token values [B, T] over the mask to a scalar.
+
+    token-mean: sum / #tokens (DAPO); seq-mean-token-mean: mean over sequences of each
+    sequence's token mean (GRPO paper); seq-mean-token-sum: mean over sequences of token
+    sums; seq-mean-token-sum-norm: token sum / (B * norm_len), a constant divisor (Dr. GRPO).
+    """
+    mask = mask.to(values.dtype)
+    masked = values * mask
+    if agg == "token-mean":
+        return masked.sum() / mask.sum().clamp_min(1.0)
+    if agg == "seq-mean-token-mean":
+        return (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean()
+    if agg == "seq-mean-token-sum":
+        return masked.sum(-1).mean()
+    if agg == "seq-mean-token-sum-norm":
+        return masked.sum() / (values.shape[0] * (norm_len or values.shape[-1]))
+    raise ValueError(
+        f"agg={agg!r} is not registered; choose token-mean, seq-mean-token-mean, "
+        "seq-mean-token-sum or seq-mean-token-sum-norm"
+    )
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def _masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask.bool(), x, torch.full_like(x, float("-inf"))).max()
+
+
+# --- the entry point ------------------------------------------------------------------------------
+
+
+def compute_policy_loss(
+    cfg: LossConfig,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    norm_len: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Scalar policy loss and detached metrics for one (mini-)batch.
+
+    logp [B, T]: log pi_theta of the sampled tokens (with grad); old_logp [B, T]: the
+    behaviour policy's (no grad); ref_logp [B, T] or None (None: reference = behaviour
+    policy, the paper's setting); advantages [B] or [B, T]; mask [B, T] (1 on response
+    tokens). norm_len: constant divisor of "seq-mean-token-sum-norm" (max response length).
+
+    Metrics (0-dim tensors, no host sync): loss, pg_loss, kl_loss, is_weight_mean,
+    is_weight_max, clip_frac_upper, clip_frac_lower, clip_frac_dual, kl_ref_k1, kl_ref_k3,
+    kl_behav_k1, kl_behav_k3.
+    """
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
+                         f"mask {tuple(mask.shape)} must have the same [B, T] shape")
+    old_logp = old_logp.detach()
+    ref_logp = None if ref_logp is None else ref_logp.detach()
+    adv = advantages.detach()
+    if adv.dim() == 1:
+        adv = adv[:, None]  # (B, 1) broadcasts over tokens
+    maskf = mask.to(logp.dtype)
+
+    logw = logp - old_logp
+    logq = torch.zeros_like(old_logp) if ref_logp is None else ref_logp - old_logp
+
+    if cfg.ratio_level == "sequence":
+        # Product of token ratios: one weight per sequence, exact for every divergence on
+        # sequences (higher variance). The sequence loss is spread evenly over its tokens
+        # so that `agg` keeps its meaning.
+        if adv.shape[-1] != 1:
+            raise ValueError("ratio_level='sequence' needs one advantage per sequence, "
+                             f"got advantages of shape {tuple(advantages.shape)}")
+        seq_logp = (logp * maskf).sum(-1, keepdim=True)  # (B, 1)
+        terms = OBJECTIVES[cfg.objective](
+            cfg, seq_logp, (logw * maskf).sum(-1, keepdim=True),
+            (logq * maskf).sum(-1, keepdim=True), adv,
+        )
+        per_token = maskf / maskf.sum(-1, keepdim=True).clamp_min(1.0)  # (B, T)
+        pg, kl = terms.pg * per_token, terms.kl * per_token
+        weight_mask = maskf.any(-1, keepdim=True)
+    else:
+        terms = OBJECTIVES[cfg.objective](cfg, logp, logw, logq, adv)
+        pg, kl = terms.pg, terms.kl
+        weight_mask = mask
+
+    pg_loss = aggregate(pg, mask, cfg.agg, norm_len)
+    kl_loss = aggregate(kl, mask, cfg.agg, norm_len)
+    loss = pg_loss + kl_loss
+
+    with torch.no_grad():
+        regions, w = terms.regions, terms.weight
+        region_mask = weight_mask.expand_as(regions.upper)
+        ref_for_kl = old_logp if ref_logp is None else ref_logp
+        metrics = {
+            "loss": loss.detach(),
+            "pg_loss": pg_loss.detach(),
+            "kl_loss": kl_loss.detach(),
+            "is_weight_mean": _masked_mean(w.expand_as(region_mask), region_mask),
+            "is_weight_max": _masked_max(w.expand_as(region_mask), region_mask),
+            "clip_frac_upper": _masked_mean(regions.upper.to(logp.dtype), region_mask),
+            "clip_frac_lower": _masked_mean(regions.lower.to(logp.dtype), region_mask),
+            "clip_frac_dual": _masked_mean(regions.dual.to(logp.dtype), region_mask),
+            "kl_ref_k1": _masked_mean(kl_estimate(logp, ref_for_kl, "k1"), mask),
+            "kl_ref_k3": _masked_mean(kl_estimate(logp, ref_for_kl, "k3"), mask),
+            "kl_behav_k1": _masked_mean(kl_estimate(logp, old_logp, "k1"), mask),
+            "kl_behav_k3": _masked_mean(kl_estimate(logp, old_logp, "k3"), mask),
+        }
+    return loss, {k: v.detach() for k, v in metrics.items()}
