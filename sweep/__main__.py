@@ -1,0 +1,49 @@
+"""Sweep CLI: inspect a grid, write run configs, keep the JSON schema in sync.
+
+    python -m sweep cells config/default.yaml            # the cells, run ids and notes
+    python -m sweep schema > workflow/schemas/sweep.schema.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .expand import expand
+from .spec import SweepConfig, SweepError, load_sweep
+
+
+def schema() -> dict:
+    """The JSON schema Snakemake validates sweep configs with (generated, never hand-edited)."""
+    out = SweepConfig.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweep", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    cells = sub.add_parser("cells", help="list the cells of a sweep config")
+    cells.add_argument("config")
+    sub.add_parser("schema", help="print the sweep JSON schema")
+    args = parser.parse_args(argv)
+    if args.cmd == "schema":
+        print(json.dumps(schema(), indent=2, sort_keys=True))
+        return 0
+    try:
+        sweep = load_sweep(args.config)
+        found, notes = expand(sweep, args.config)
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for cell in found:
+        print(f"{cell.run_id}\t{cell.label}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"{len(found)} runs", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

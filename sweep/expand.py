@@ -1,0 +1,178 @@
+"""Expand a sweep into cells (method x axis values x seed), each with a stable run id.
+
+Rules (documented in README, "Sweeps"):
+  1. Cells are `methods x product(axes) x seeds`, in the order written in the config.
+  2. An axis that does not apply to a method is collapsed for that method, with a note:
+     divergence / form / ratio_level apply to RPG methods only; estimator / kl_placement /
+     kl_importance_weight to penalty methods (objective ppo or reinforce) with a KL term;
+     beta and reference to methods with a KL term; clip to every method.
+  3. An applicable combination that `LossConfig` rejects is dropped with its reason.
+  4. Two cells with the same resolved settings are one cell (the first name wins).
+  5. A sweep left with no cell is an error. All of this happens before any job starts.
+Run ids are readable and stable: the same cell always maps to the same id, e.g.
+`rpg-reinforce-urkl_beta1e-3_s0`, so re-running a sweep resumes, never duplicates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from algorithms import Method, get_method, with_overrides
+
+from .spec import Axes, ReferenceAxis, SweepConfig, SweepError
+
+RPG_ONLY = ("divergence", "form", "ratio_level")
+PENALTY_ONLY = ("estimator", "kl_placement", "kl_importance_weight")
+NEEDS_KL = ("beta", "reference")
+LOSS_AXES = RPG_ONLY + PENALTY_ONLY + ("clip", "beta")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell and seed: what one training job runs."""
+
+    run_id: str
+    label: str
+    seed: int
+    method: Method  # the named method with the cell's overrides applied
+    base_method: str  # the method's name (RPG methods renamed after divergence/form axes)
+    axes: dict = field(default_factory=dict)  # applied axis name -> value (JSON-able)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Every axis value as a string, for MLflow filtering and the report."""
+        loss = self.method.loss
+        clip = loss.clip
+        return {
+            "method": self.base_method, "label": self.label, "seed": str(self.seed),
+            "objective": loss.objective, "divergence": str(loss.divergence),
+            "form": str(loss.form), "estimator": str(loss.estimator),
+            "kl_placement": str(loss.kl_placement),
+            "kl_importance_weight": loss.kl_importance_weight, "ratio_level": loss.ratio_level,
+            "clip_eps_low": str(clip.eps_low if clip else None),
+            "clip_eps_high": str(clip.eps_high if clip else None),
+            "clip_dual_c": str(clip.dual_c if clip else None), "beta": _num(loss.beta),
+            "agg": loss.agg, "advantage": self.method.advantage,
+            "reference": self.method.reference,
+        }
+
+
+def _num(v: float) -> str:
+    """Compact, stable number: 1e-4 -> '1e-4', 0.28 -> '0.28', 3.0 -> '3'."""
+    if v == 0:
+        return "0"
+    if abs(v) < 1e-2:
+        mantissa, exp = f"{v:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exp)}"
+    return f"{v:g}"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "", name.lower().replace("++", "pp").replace(".", ""))
+
+
+def _axis_token(axis: str, value) -> str:
+    if axis == "form":
+        return {"differentiable": "diff", "reinforce": "rf"}[value]
+    if axis == "ratio_level":
+        return {"token": "tok", "sequence": "seq"}[value]
+    if axis == "kl_placement":
+        return f"in{value}"
+    if axis == "kl_importance_weight":
+        return {"none": "iwnone", "detached": "iwsg", "differentiable": "iwdiff"}[value]
+    if axis == "clip":
+        if value is None:
+            return "noclip"
+        c = "nodual" if value["dual_c"] is None else _num(value["dual_c"])
+        return f"clip{_num(value['eps_low'])}-{_num(value['eps_high'])}-{c}"
+    if axis == "beta":
+        return f"beta{_num(value)}"
+    if axis == "reference":
+        extra = {"every_k": f"{value.get('k')}", "kl_target": f"{_num(value.get('kappa') or 0)}"}
+        return f"ref-{value['schedule'].replace('_', '')}{extra.get(value['schedule'], '')}"
+    return str(value)
+
+
+def _applies(axis: str, method: Method) -> bool:
+    loss = method.loss
+    has_kl = loss.kl_placement != "none"
+    if axis in RPG_ONLY:
+        return loss.objective == "rpg"
+    if axis in PENALTY_ONLY:
+        return loss.objective != "rpg" and has_kl
+    if axis in NEEDS_KL:
+        return has_kl
+    return True
+
+
+def _jsonable(axes: Axes) -> dict[str, list]:
+    out = {}
+    for name, values in axes.given().items():
+        out[name] = [v.model_dump() if hasattr(v, "model_dump") else v for v in values]
+    return out
+
+
+def _display_name(name: str, resolved: Method, combo: dict) -> str:
+    """An RPG method whose divergence/form the grid changed is named for what it now is."""
+    loss = resolved.loss
+    if loss.objective != "rpg" or not ({"divergence", "form"} & combo.keys()):
+        return name
+    return f"RPG{'-REINFORCE' if loss.form == 'reinforce' else ''}-{loss.divergence.upper()}"
+
+
+def _apply(method: Method, combo: dict) -> Method:
+    loss = {k: v for k, v in combo.items() if k in LOSS_AXES}
+    fields = {}
+    if "reference" in combo:
+        fields["reference"] = combo["reference"]["schedule"]
+    return with_overrides(method, loss=loss or None, **fields)
+
+
+def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], list[str]]:
+    """All cells of `sweep` and the notes explaining collapsed axes and dropped cells."""
+    axes = _jsonable(sweep.axes)
+    notes: list[str] = []
+    cells: list[Cell] = []
+    seen: dict[tuple, str] = {}
+    for name in sweep.methods:
+        try:
+            method = get_method(name)
+        except ValueError as exc:
+            raise SweepError(f"{source}: methods: {exc}") from None
+        applicable = {a: v for a, v in axes.items() if _applies(a, method)}
+        for a in (a for a in axes if a not in applicable):
+            notes.append(f"{name}: axis '{a}' does not apply to this method; collapsed")
+        names = list(applicable)
+        for values in itertools.product(*(applicable[a] for a in names)):
+            combo = dict(zip(names, values))
+            try:
+                resolved = _apply(method, combo)
+            except ValueError as exc:
+                reason = str(exc).splitlines()[-1].strip()
+                notes.append(f"{name} {combo}: dropped ({reason})")
+                continue
+            key = (resolved.model_dump_json(exclude={"name", "source"}), str(combo.get("reference")))
+            if key in seen:
+                notes.append(f"{name} {combo}: same settings as {seen[key]}; kept once")
+                continue
+            display = _display_name(name, resolved, combo)
+            resolved = resolved.model_copy(update={"name": display})
+            # divergence and form are spelled by the display name already
+            tokens = [_axis_token(a, combo[a]) for a in names if a not in ("divergence", "form")]
+            cell_name = "_".join([_slug(display), *tokens])
+            seen[key] = cell_name
+            label = display if not tokens else f"{display} [{' '.join(tokens)}]"
+            for seed in sweep.seeds:
+                cells.append(Cell(run_id=f"{cell_name}_s{seed}", label=label, seed=seed,
+                                  method=resolved, base_method=display, axes=combo))
+    if not cells:
+        raise SweepError(f"{source}: the grid has no valid cell:\n  " + "\n  ".join(notes))
+    return cells, notes
+
+
+def reference_settings(cell: Cell) -> dict | None:
+    """The cell's reference-schedule axis value (k / kappa), if the grid set one."""
+    ref = cell.axes.get("reference")
+    return None if ref is None else ReferenceAxis.model_validate(ref).model_dump(exclude_none=True)
