@@ -1,0 +1,78 @@
+"""Sweep expansion: deterministic cells, stable readable run ids, documented drop rules,
+errors that name the file and the key."""
+
+import pytest
+
+from sweep import SweepError, expand, parse_sweep
+
+EVAL = {"steps": [10], "benchmarks": ["toy"]}
+
+
+def sweep(**kw):
+    return parse_sweep({"name": "t", "eval": EVAL, **kw}, "cfg.yaml")
+
+
+def test_methods_only_cells_use_method_names_and_seeds():
+    cells, notes = expand(sweep(methods=["GRPO", "RPG-REINFORCE-URKL"], seeds=[0, 1]))
+    assert [c.run_id for c in cells] == ["grpo_s0", "grpo_s1", "rpg-reinforce-urkl_s0",
+                                         "rpg-reinforce-urkl_s1"]
+    assert cells[2].label == "RPG-REINFORCE-URKL" and cells[2].tags["method"] == "RPG-REINFORCE-URKL"
+    assert notes == []
+
+
+def test_expansion_is_deterministic_and_ids_are_stable():
+    kw = dict(methods=["RPG-URKL", "GRPO"], axes={"beta": [1e-3, 1e-4],
+              "clip": [{"eps_low": 0.1, "eps_high": 0.1}, {"eps_low": 0.2, "eps_high": 0.28}]})
+    a, _ = expand(sweep(**kw))
+    b, _ = expand(sweep(**kw))
+    assert [c.run_id for c in a] == [c.run_id for c in b]
+    assert "rpg-urkl_clip0.1-0.1-3_beta1e-3_s0" in {c.run_id for c in a}
+    assert len({c.run_id for c in a}) == len(a) == 8
+
+
+def test_axis_not_applicable_is_collapsed_with_a_note():
+    cells, notes = expand(sweep(methods=["RPG-URKL", "DAPO"], axes={"estimator": ["k1", "k3"]}))
+    assert [c.run_id for c in cells] == ["rpg-urkl_s0", "dapo_s0"]
+    assert any("RPG-URKL: axis 'estimator' does not apply" in n for n in notes)
+
+
+def test_divergence_and_form_axes_rename_rpg_cells_and_merge_duplicates():
+    cells, notes = expand(sweep(methods=["RPG-URKL", "RPG-FKL"],
+                                axes={"divergence": ["fkl", "urkl"], "form": ["reinforce"]}))
+    assert [c.label for c in cells] == ["RPG-REINFORCE-FKL", "RPG-REINFORCE-URKL"]
+    assert sum("kept once" in n for n in notes) == 2
+
+
+def test_invalid_combination_is_dropped_with_reason():
+    cells, notes = expand(sweep(methods=["GRPO"], axes={"kl_placement": ["loss", "reward"],
+                                                          "kl_importance_weight": ["differentiable"]}))
+    assert [c.run_id for c in cells] == ["grpo_inloss_iwdiff_s0"]
+    assert any("dropped" in n and "kl_importance_weight" in n for n in notes)
+
+
+def test_empty_grid_and_unknown_method_are_errors_naming_the_file():
+    with pytest.raises(SweepError, match="cfg.yaml.*no valid cell"):
+        expand(sweep(methods=["GRPO"], axes={"kl_placement": ["reward"],
+                                             "kl_importance_weight": ["detached"]}), "cfg.yaml")
+    with pytest.raises(SweepError, match="cfg.yaml: methods: .*RPG-URKL"):
+        expand(sweep(methods=["NOPE"]), "cfg.yaml")
+
+
+def test_schema_errors_name_file_key_and_allowed_values():
+    with pytest.raises(SweepError) as err:
+        parse_sweep({"name": "t", "methods": ["GRPO"], "eval": EVAL,
+                     "axes": {"divergence": ["js"]}}, "config/x.yaml")
+    msg = str(err.value)
+    assert "config/x.yaml" in msg and "axes.divergence.0" in msg and "'fkl'" in msg
+    with pytest.raises(SweepError, match="bogus"):
+        parse_sweep({"name": "t", "methods": ["GRPO"], "eval": EVAL, "bogus": 1}, "x.yaml")
+
+
+def test_committed_json_schema_is_generated_from_the_model():
+    import json
+    from pathlib import Path
+
+    from sweep.__main__ import schema
+
+    committed = Path(__file__).resolve().parents[2] / "workflow/schemas/sweep.schema.json"
+    assert json.loads(committed.read_text()) == schema()

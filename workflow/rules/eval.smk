@@ -1,0 +1,22 @@
+# One evaluation job per cell x seed x checkpoint step x benchmark.
+
+
+rule evaluate:
+    input:
+        done=f"{OUT}/runs/{{run_id}}/DONE",
+    output:
+        summary=f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{{bench}}.json",
+        samples=f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{{bench}}.jsonl",
+    params:
+        args=lambda wc: eval_args(SWEEP, wc.run_id, int(wc.step), wc.bench),
+    log:
+        f"{OUT}/logs/eval/{{run_id}}/step_{{step}}_{{bench}}.log",
+    benchmark:
+        f"{OUT}/benchmarks/eval/{{run_id}}/step_{{step}}_{{bench}}.tsv"
+    threads: SWEEP.resources.evaluate.cpus
+    resources:
+        gpus=SWEEP.resources.evaluate.gpus,
+        mem_mb=SWEEP.resources.evaluate.mem_mb,
+        runtime=runtime("evaluate"),
+    shell:
+        "python -m eval {params.args} > {log} 2>&1"

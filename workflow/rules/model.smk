@@ -1,0 +1,14 @@
+# The embedded default's policy: a tiny HF model built and warm-started locally (CPU, offline).
+
+
+rule tiny_model:
+    output:
+        directory(MODEL_DIR),
+    params:
+        seed=SWEEP.base.get("seed", 0),
+    log:
+        f"{OUT}/logs/tiny_model.log",
+    benchmark:
+        f"{OUT}/benchmarks/tiny_model.tsv"
+    shell:
+        "python -m trainer tiny --out {output} --seed {params.seed} > {log} 2>&1"
