@@ -1,0 +1,102 @@
+"""Command line of the analysis package.
+
+    python -m analysis report --sweep-dir results/<sweep> [--out results/<sweep>]
+        [--audit-dir DIR] [--figures-dir DIR] [--paper-setting model=Qwen3-4B,context=8k]
+        [--reference CSV] [--smooth N] [--quiet]
+    python -m analysis figures ...      # the paper's Figures 2/3 (analysis.figures)
+
+`report` is the one call the workflow's aggregate rule makes; see analysis/report.py for
+everything it writes. `figures` forwards the rest of the command line untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis report",
+        description="Collect a sweep and write tables, plots and report.md.",
+    )
+    p.add_argument("--sweep-dir", required=True, help="results/<sweep> (holds runs/)")
+    p.add_argument("--out", default=None, help="output folder (default: the sweep dir)")
+    p.add_argument("--audit-dir", default=None, help="folder with audit.md to embed")
+    p.add_argument("--figures-dir", default=None, help="folder with Figure 2/3 PNG/PDF files")
+    p.add_argument(
+        "--paper-setting",
+        default=None,
+        help="paper setting to compare with, e.g. model=Qwen3-4B,context=8k[,table=3]",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        help="paper numbers CSV (default: results/reference/reported_results.csv)",
+    )
+    p.add_argument(
+        "--smooth",
+        type=int,
+        default=1,
+        help="rolling mean window (logged steps) for training curves; 1 = raw",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar or warning echo")
+    return p
+
+
+def _report(argv: list[str]) -> int:
+    from analysis.report import build_report, check_options
+
+    args = _report_parser().parse_args(argv)
+    try:
+        opts = check_options(
+            args.sweep_dir,
+            args.out,
+            audit_dir=args.audit_dir,
+            figures_dir=args.figures_dir,
+            paper_setting=args.paper_setting,
+            reference=args.reference,
+            smooth=args.smooth,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with warnings.catch_warnings():
+        if args.quiet:
+            warnings.simplefilter("ignore")
+        try:
+            path = build_report(opts, progress=not args.quiet)
+        except ValueError as exc:  # e.g. two runs sharing label and seed
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {
+    "report": "tables, plots and report.md of a sweep",
+    "figures": "the paper's Figures 2/3 (analysis.figures)",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m analysis {report,figures} ...\n")
+        for name, desc in COMMANDS.items():
+            print(f"  {name:8s} {desc}")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "report":
+        return _report(rest)
+    if command == "figures":
+        from analysis import figures  # lazy: written separately, heavier imports
+
+        return figures.main(rest)
+    print(f"error: unknown command {command!r}; choose one of {sorted(COMMANDS)}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Curves: files written, seed bands by hand, one color per method across figures."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+from matplotlib.collections import PolyCollection
+
+from analysis.collect import collect
+from analysis.plots import method_colors, plot_accuracy, plot_training, seed_band, write_plots
+
+
+def _col(sweep):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return collect(sweep)
+
+
+def test_seed_band_by_hand(sweep):
+    ev = _col(sweep).eval
+    d = ev[(ev.scorer == "dapo") & (ev.benchmark == "aime24")]
+    band = seed_band(d, "mean").set_index(["label", "step"])
+    # RPG-URKL @20: seeds 0.40, 0.60 -> mean 0.50, se 0.10, k=2
+    r = band.loc[("RPG-URKL", 20)]
+    assert (r["mean"], r.se, r.k) == (pytest.approx(0.5), pytest.approx(0.1), 2)
+    assert band.loc[("GRPO", 20), "k"] == 1
+    assert math.isnan(band.loc[("GRPO", 20), "se"])  # one seed: no error band
+
+
+def test_smoothing_is_a_trailing_mean_per_run(sweep):
+    train = _col(sweep).train
+    band = seed_band(train[train.run_id == "grpo_s0"], "reward_mean", smooth=2)
+    # reward_mean = 0.1 * step: steps 1,2,3 -> 0.1, 0.15, 0.25
+    assert list(band["mean"]) == pytest.approx([0.1, 0.15, 0.25])
+
+
+def test_files_are_png_and_pdf(sweep, tmp_path):
+    col = _col(sweep)
+    files = write_plots(col.train, col.eval, tmp_path / "plots")
+    assert set(files) == {"accuracy_dapo", "accuracy_math_verify", "training"}
+    for png, pdf in files.values():
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 2000
+
+
+def test_no_evals_means_no_accuracy_figure(sweep, tmp_path):
+    col = _col(sweep)
+    files = write_plots(col.train, col.eval.iloc[0:0], tmp_path / "plots")
+    assert set(files) == {"training"}
+
+
+def _line_colors(fig) -> dict[str, tuple]:
+    out = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            out.setdefault(line.get_label(), set()).add(tuple(line.get_color()))
+    return out
+
+
+def test_one_color_per_method_across_figures(sweep):
+    col = _col(sweep)
+    colors = method_colors(set(col.train.label) | set(col.eval.label))
+    acc = _line_colors(plot_accuracy(col.eval, "dapo", colors))
+    train_fig = plot_training(col.train, colors)
+    train = _line_colors(train_fig)
+    assert set(train) == {"DAPO", "GRPO", "RPG-URKL", "REINFORCE++"}
+    for label, seen in acc.items():
+        assert seen == train[label] == {colors[label]}
+    assert len(set(colors.values())) == len(colors)
+    # shaded band only where two seeds exist: RPG-URKL, in each accuracy panel
+    fig = plot_accuracy(col.eval, "dapo", colors)
+    bands = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1
+    assert fig.axes[0].get_ylabel() == "Mean@4 (%)"
+    assert [ax.get_title() for ax in fig.axes] == ["AIME24", "AMC23"]
+
+
+def test_missing_training_metric_is_named(sweep):
+    col = _col(sweep)
+    with pytest.raises(ValueError, match="kl_ref_k3"):
+        plot_training(col.train, method_colors(col.train.label), ("entropy", "kl_ref_k3"))

@@ -1,0 +1,203 @@
+"""report.md end to end: tables, links that exist, audit/figures embedding, paper section, CLI."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from analysis_fixtures import REFERENCE_CSV, write_run, write_sweep
+from matplotlib.figure import Figure
+
+from analysis.__main__ import main
+from analysis.report import build_report, check_options
+
+REPO = Path(__file__).resolve().parents[2]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _build(sweep, out, **kw) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = build_report(check_options(sweep, out, **kw))
+    assert path == out / "report.md"
+    return path.read_text()
+
+
+def _assert_links_exist(md: str, base: Path) -> list[str]:
+    targets = LINK.findall(md)
+    assert targets
+    for t in targets:
+        assert (base / t).is_file(), t
+    return targets
+
+
+def _extras(tmp_path: Path) -> tuple[Path, Path]:
+    audit = tmp_path / "audit"
+    (audit / "img").mkdir(parents=True)
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    fig.savefig(audit / "img" / "grad.png")
+    (audit / "audit.md").write_text(
+        "# Exact-gradient audit\n\n| loss | max abs err |\n|---|---|\n| RPG-URKL | 1e-7 |\n\n"
+        "![gradients](img/grad.png)\n\n```\n# a comment in code, not a heading\n```\n"
+    )
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    fig.savefig(figures / "figure2.png")
+    fig.savefig(figures / "figure2.pdf")
+    return audit, figures
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory) -> tuple[Path, str]:
+    """One report of the default sweep with audit, figures and the paper's 8k setting
+    (built once: rendering six figures is the slow part of this file)."""
+    tmp = tmp_path_factory.mktemp("full")
+    sweep = write_sweep(tmp / "results" / "toy-sweep")
+    audit, figures = _extras(tmp)
+    out = tmp / "report"
+    md = _build(
+        sweep,
+        out,
+        audit_dir=audit,
+        figures_dir=figures,
+        paper_setting="model=Qwen3-4B,context=8k",
+        reference=REFERENCE_CSV,
+    )
+    return out, md
+
+
+def test_report_runs_section(full_report):
+    _, md = full_report
+    assert md.startswith("# Report: toy-sweep")
+    assert "5 run(s) collected, 5 complete (DONE), 4 with evaluations" in md
+    assert "Runs without evaluations: `rpp_s0`." in md
+    assert "config.yaml is missing" in md and "urkl_s1" in md  # collection warnings shown
+    # the run table aggregates per the registry: time_step is summed (3 steps x 1.5 s)
+    assert "| `grpo_s0` | GRPO | 0 | 3 | yes | 10, 20 | 4.50 | 0 | 3 |" in md
+
+
+def test_report_tables_and_links_exist(full_report):
+    out, md = full_report
+    # both scorers' tables, with the marks computed in test_analysis_tables
+    assert "### Scorer `dapo`" in md and "### Scorer `math_verify`" in md
+    assert "| RPG-URKL | **50.00 ± 10.00** | **55.00 ± 5.00** |" in md
+    targets = _assert_links_exist(md, out)
+    for rel in (
+        "tables/last_best_dapo.tex",
+        "tables/last_best_math_verify.csv",
+        "plots/accuracy_dapo.png",
+        "plots/training.pdf",
+        "tables/train_metrics.csv",
+        "tables/paper_vs_ours.csv",
+    ):
+        assert rel in targets, rel
+
+
+def test_report_embeds_audit_and_figures(full_report):
+    out, md = full_report
+    targets = _assert_links_exist(md, out)
+    # the audit is embedded with demoted headings and rebased links; fenced code untouched
+    assert "### Exact-gradient audit" in md and "| RPG-URKL | 1e-7 |" in md
+    assert "../audit/img/grad.png" in targets
+    assert "\n# a comment in code, not a heading\n" in md
+    assert "../figures/figure2.png" in targets and "../figures/figure2.pdf" in targets
+
+
+def test_report_paper_vs_ours(full_report):
+    _, md = full_report
+    # GRPO AIME24: paper Last 37.50 / Best 43.96, ours 45.00 / 45.00
+    assert "| GRPO | AIME24 | 37.50 | 45.00 | +7.50 | 43.96 | 45.00 | +1.04 |" in md
+    assert "| RPG-URKL | AIME24 | 45.42 | 50.00 ± 10.00 | +4.58 |" in md
+    assert "Paper methods not in this sweep: " in md
+
+
+def test_report_without_evaluations(tmp_path):
+    write_run(tmp_path / "runs", "a", "GRPO", 0, {"method": "GRPO"}, done=False)
+    md = _build(tmp_path, tmp_path)
+    assert "No evaluation summaries yet" in md and "Runs without evaluations: `a`." in md
+    assert "| `a` | GRPO | 0 | 3 | no | none |" in md
+    assert "No paper setting declared" in md
+    _assert_links_exist(md, tmp_path)
+    md = _build(
+        tmp_path,
+        tmp_path / "s",
+        paper_setting="model=Qwen3-4B,context=32k",
+        reference=REFERENCE_CSV,
+    )
+    assert "No paper results match the setting `model=Qwen3-4B, context=32k`" in md
+
+
+def test_bad_options_fail_before_writing(sweep, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="'ctx'"):
+        check_options(sweep, out, paper_setting="model=Qwen3-4B,ctx=8k")
+    with pytest.raises(FileNotFoundError, match="--audit-dir"):
+        check_options(sweep, out, audit_dir=tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="paper reference"):
+        check_options(sweep, out, paper_setting="model=Qwen3-4B", reference=tmp_path / "x.csv")
+    assert main(["report", "--sweep-dir", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert main(["nonsense"]) == 2
+
+
+def test_cli_end_to_end(sweep, tmp_path):
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "report",
+            "--sweep-dir",
+            str(sweep),
+            "--out",
+            str(out),
+            "--paper-setting",
+            "model=Qwen3-4B,context=8k",
+            "--reference",
+            str(REFERENCE_CSV),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"wrote {out / 'report.md'}"
+    md = (out / "report.md").read_text()
+    assert "## Paper vs ours" in md and "| DAPO | AIME24 | 54.38 | 50.00 |" in md
+    _assert_links_exist(md, out)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "report",
+            "--sweep-dir",
+            str(sweep),
+            "--out",
+            str(tmp_path / "bad"),
+            "--paper-setting",
+            "modl=Qwen3-4B",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "'modl'" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_figures_command_forwards_its_arguments(capsys):
+    # `--help` must reach analysis.figures' own parser untouched (its prog name proves it)
+    with pytest.raises(SystemExit) as exc:
+        main(["figures", "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m analysis figures")
