@@ -5,7 +5,7 @@ from snakemake.utils import validate
 
 from sweep import SweepError, parse_sweep
 from sweep import expand as expand_sweep  # snakemake's own `expand` stays usable
-from sweep.runconfig import eval_args, run_config
+from sweep.runconfig import eval_args, report_paper_args, run_config
 
 SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/default.yaml"
 try:

@@ -1,0 +1,126 @@
+"""From a sweep cell to what each job runs: the trainer's run config and the eval command.
+
+`run_config` deep-merges the sweep's `base` with the cell (method, overrides, seed, ids,
+tags, checkpoint steps, tracking) and validates it with the trainer's own `RunConfig`, so a
+bad base key fails at DAG build time with the file and key, before any job starts.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import yaml
+
+from .expand import Cell, reference_settings
+from .spec import SweepConfig, SweepError
+
+TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def run_dir(sweep: SweepConfig, run_id: str) -> Path:
+    return sweep.out_dir / "runs" / run_id
+
+
+def run_config(sweep: SweepConfig, cell: Cell) -> dict:
+    """The resolved, validated trainer config (a plain dict) for one cell."""
+    from trainer.config import RunConfig
+
+    base = dict(sweep.base)
+    model = dict(base.get("model", {}))
+    if model.get("path", TINY) == TINY:
+        model["path"] = str(sweep.out_dir / "model")
+    loss_overrides = {k: v for k, v in cell.axes.items() if k not in ("reference",)}
+    if "clip" in loss_overrides and loss_overrides["clip"] is not None:
+        loss_overrides["clip"] = dict(loss_overrides["clip"])
+    method = {"name": cell.base_method if cell.base_method in _method_names() else None}
+    if method["name"] is None:  # renamed RPG cell: spell the loss out
+        method = {"name": None, "loss": cell.method.loss.model_dump(),
+                  "advantage": cell.method.advantage}
+    elif loss_overrides:
+        method["loss"] = {k: v for k, v in loss_overrides.items()
+                          if k not in ("divergence", "form")}
+    reference = {"schedule": cell.method.reference, **(reference_settings(cell) or {})}
+    method["reference"] = reference
+    cell_part = {
+        "run_id": cell.run_id,
+        "label": cell.label,
+        "seed": cell.seed,
+        "tags": {**cell.tags, "sweep": sweep.name},
+        "out_dir": str(run_dir(sweep, cell.run_id)),
+        "model": model,
+        "method": method,
+        "checkpoint": {"eval_steps": list(sweep.eval.steps)},
+        "tracking": {
+            "mlflow_uri": sweep.mlflow_uri if sweep.mlflow.enabled else None,
+            "experiment": sweep.experiment,
+        },
+    }
+    merged = _merge(base, cell_part)
+    try:
+        cfg = RunConfig.model_validate(merged)
+    except ValueError as exc:
+        raise SweepError(f"base config of sweep {sweep.name!r} (cell {cell.run_id}): {exc}") from None
+    return cfg.model_dump(mode="json")
+
+
+def _method_names() -> set[str]:
+    from algorithms import METHODS
+
+    return set(METHODS)
+
+
+def write_run_config(path: str | Path, cfg: dict) -> None:
+    """Write a run config as YAML (atomically: a half-written config never exists)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    tmp.replace(path)
+
+
+def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:
+    """The `python -m eval` arguments for one (run, step, benchmark) job."""
+    spec = sweep.eval
+    rdir = run_dir(sweep, run_id)
+    args = [
+        "--checkpoint", str(rdir / "checkpoints" / f"step_{step}"),
+        "--benchmark", bench,
+        "--out", str(rdir / "eval" / f"step_{step}"),
+        "--step", str(step),
+        "--n", str(spec.n),
+        "--temperature", str(spec.temperature),
+        "--top-p", str(spec.top_p),
+        "--max-new-tokens", str(spec.max_new_tokens),
+        "--template", spec.template,
+        "--backend", spec.backend,
+        "--seed", str(spec.seed),
+        "--scorers", ",".join(spec.scorers),
+        "--no-progress",
+    ]
+    if bench in spec.limit:
+        args += ["--limit", str(spec.limit[bench])]
+    if bench in spec.files:
+        args += ["--benchmark-file", spec.files[bench]]
+    if sweep.mlflow.enabled:
+        args += ["--mlflow-uri", sweep.mlflow_uri, "--mlflow-run-id-file",
+                 str(rdir / "mlflow_run_id")]
+    return shlex.join(args)
+
+
+def report_paper_args(sweep: SweepConfig) -> str:
+    """`--paper-setting model=...,context=...` when the sweep reproduces a paper table."""
+    ps = sweep.paper_setting
+    if ps is None:
+        return ""
+    return shlex.join(["--paper-setting", f"model={ps.model},context={ps.context}"])
