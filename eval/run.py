@@ -1,0 +1,277 @@
+"""One evaluation: (checkpoint, benchmark) -> per-sample JSONL + summary JSON.
+
+    python -m eval --checkpoint results/x/runs/r/checkpoints/step_40 --benchmark aime24 \\
+        --n 32 --max-new-tokens 8192 --backend vllm --out results/x/runs/r/eval/step_40
+
+Order of work: validate the config, load the benchmark, check the checkpoint (so a bad
+file, a missing tokenizer or n < k fails before any weights load), sample, grade every
+sample with every scorer, summarize, write both files atomically, optionally mirror the
+summary into MLflow. Same inputs and seed give byte-identical files (no timestamps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from tqdm.auto import tqdm
+
+from eval import grading, metrics
+from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
+from eval.files import write_atomic
+from eval.prompts import TEMPLATES, build_prompt
+from eval.samplers import Sample, check_checkpoint, get_sampler
+
+
+class EvalConfig(BaseModel):
+    """Everything one evaluation depends on; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checkpoint: str  # HF checkpoint directory (weights + tokenizer)
+    benchmark: str  # one of eval.benchmarks.BENCHMARKS
+    out: str  # output directory; gets <benchmark>.jsonl and <benchmark>.json
+    n: int = Field(32, ge=1)  # samples per problem (Mean@n)
+    temperature: float = Field(1.0, ge=0.0)  # 0 = greedy
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(8192, ge=1)  # always explicit (vLLM defaults to 16)
+    template: str = "dapo"  # prompt template in eval.prompts.TEMPLATES
+    backend: Literal["hf", "vllm"] = "hf"
+    seed: int = 0  # sampling seed and bootstrap seed
+    step: int | None = None  # training step recorded in the summary (null: not a run)
+    benchmark_file: str | None = None  # local JSONL/parquet instead of the hub source
+    scorers: tuple[str, ...] = grading.SCORERS
+    ks: tuple[int, ...] | None = None  # pass@k / maj@k values; default 1, 2, 4, ..., n
+    batch_size: int = Field(64, ge=1)  # hf backend: rows per generate call
+    limit: int | None = Field(None, ge=1)  # first `limit` problems only (quick looks)
+    timeout_s: float = Field(grading.DEFAULT_TIMEOUT_S, gt=0)  # math_verify per-item limit
+    device: str = "auto"  # hf backend
+    dtype: str = "auto"
+    mlflow_uri: str | None = None
+    mlflow_run_id: str | None = None
+    progress: bool = True
+
+    @field_validator("benchmark")
+    @classmethod
+    def _known_benchmark(cls, v: str) -> str:
+        if v not in BENCHMARKS:
+            raise ValueError(f"benchmark={v!r} is not registered; choose one of {list(BENCHMARKS)}")
+        return v
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, v: str) -> str:
+        if v not in TEMPLATES:
+            raise ValueError(f"template={v!r} is not registered; choose one of {list(TEMPLATES)}")
+        return v
+
+    @field_validator("scorers")
+    @classmethod
+    def _known_scorers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in v if s not in grading.SCORERS]
+        if bad or not v:
+            raise ValueError(f"scorers={list(v)} invalid; choose from {list(grading.SCORERS)}")
+        return tuple(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _ks_within_n(self) -> EvalConfig:
+        bad = [k for k in self.ks or () if not 1 <= k <= self.n]
+        if bad:
+            raise ValueError(f"ks={list(bad)}: pass@k and maj@k need 1 <= k <= n (n={self.n})")
+        return self
+
+
+def infer_step(checkpoint: str) -> int | None:
+    """The N of a ".../step_<N>" checkpoint directory, else None."""
+    m = re.fullmatch(r"step_(\d+)", Path(checkpoint).name)
+    return int(m.group(1)) if m else None
+
+
+def model_sha256(path: Path) -> str:
+    """sha256 over the weight files (name + content), in name order. Cost: reads every
+    weight byte once (~seconds per GB)."""
+    files = sorted(
+        p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file()
+    )
+    if not files:
+        raise ValueError(f"{path} holds no weight files (*.safetensors, *.bin)")
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        with p.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 24), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def grade_samples(
+    bench: Benchmark, samples: list[list[Sample]], cfg: EvalConfig
+) -> dict[str, list[list[grading.GradeResult]]]:
+    """Grades per scorer, shaped like `samples` (problems x n)."""
+    completions = [s.text for per in samples for s in per]
+    golds = [p["answer"] for p, per in zip(bench.problems, samples) for _ in per]
+    n = cfg.n
+    out = {}
+    for scorer in tqdm(cfg.scorers, desc="grade", disable=not cfg.progress, unit="scorer"):
+        flat = grading.grade_many(completions, golds, scorer, timeout_s=cfg.timeout_s)
+        out[scorer] = [flat[i * n : (i + 1) * n] for i in range(len(samples))]
+    return out
+
+
+def sample_records(
+    bench: Benchmark, samples: list[list[Sample]], grades: dict[str, list[list]]
+) -> list[dict]:
+    """One JSON-able record per (problem, sample)."""
+    records = []
+    for i, (problem, per) in enumerate(zip(bench.problems, samples)):
+        for j, s in enumerate(per):
+            scores = {
+                name: {
+                    "extracted": g[i][j].extracted,
+                    "correct": g[i][j].correct,
+                    "status": g[i][j].status,
+                }
+                for name, g in grades.items()
+            }
+            records.append(
+                {
+                    "problem_id": problem["id"],
+                    "sample_index": j,
+                    "gold": problem["answer"],
+                    "completion": s.text,
+                    "num_tokens": len(s.token_ids),
+                    "finish_reason": s.finish_reason,
+                    "scorers": scores,
+                }
+            )
+    return records
+
+
+def build_summary(
+    cfg: EvalConfig,
+    bench: Benchmark,
+    samples: list[list[Sample]],
+    grades: dict[str, list[list]],
+    checkpoint_sha: str,
+) -> dict:
+    """The summary JSON (schema in the README / shared notes)."""
+    return {
+        "benchmark": bench.name,
+        "step": cfg.step,
+        "checkpoint": cfg.checkpoint,
+        "model_sha256": checkpoint_sha,
+        "source": bench.source,
+        "sampling": {
+            "backend": cfg.backend,
+            "n": cfg.n,
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "max_new_tokens": cfg.max_new_tokens,
+            "seed": cfg.seed,
+            "template": cfg.template,
+        },
+        "num_problems": len(bench.problems),
+        "truncation_rate": metrics.truncation_rate([s.finish_reason for p in samples for s in p]),
+        "scorers": {
+            name: metrics.summarize_scorer(g, seed=cfg.seed, ks=cfg.ks)
+            for name, g in grades.items()
+        },
+    }
+
+
+def log_to_mlflow(summary: dict, uri: str, run_id: str) -> None:
+    """Mirror summary metrics into an existing MLflow run as eval/<bench>/<scorer>/<key>.
+
+    Never raises: MLflow trouble only warns, the files on disk are the source of truth.
+    """
+    try:
+        import mlflow
+        from mlflow.entities import Metric
+        from mlflow.tracking import MlflowClient
+
+        del mlflow  # imported only to fail early if missing
+        bench, step = summary["benchmark"], summary["step"] or 0
+        values = {f"eval/{bench}/truncation_rate": summary["truncation_rate"]}
+        for scorer, keys in summary["scorers"].items():
+            for key, value in keys.items():
+                values[f"eval/{bench}/{scorer}/{key}"] = value
+        # MLflow metric names allow "/" but not "@", hence pass_at_k not pass@k.
+        client = MlflowClient(tracking_uri=uri)
+        ts = int(time.time() * 1000)
+        batch = [Metric(k, float(v), ts, step) for k, v in sorted(values.items())]
+        client.log_batch(run_id, metrics=batch)
+    except Exception as err:  # noqa: BLE001 - logging must never fail an evaluation
+        warnings.warn(f"MLflow logging to {uri} run {run_id} failed: {err}", stacklevel=2)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated evaluation, ready to run: nothing heavy has happened yet."""
+
+    cfg: EvalConfig
+    bench: Benchmark
+    checkpoint: Path
+    model_sha256: str
+
+
+def prepare(cfg: EvalConfig) -> Prepared:
+    """Check every input (benchmark file, checkpoint + tokenizer, options) before sampling.
+
+    Raises ValueError / FileNotFoundError (RuntimeError: hub unreachable) with a message
+    naming what is wrong.
+    """
+    if cfg.step is None and infer_step(cfg.checkpoint) is not None:
+        cfg = cfg.model_copy(update={"step": infer_step(cfg.checkpoint)})
+    if (cfg.mlflow_uri is None) != (cfg.mlflow_run_id is None):
+        raise ValueError("give both --mlflow-uri and --mlflow-run-id, or neither")
+    ckpt = check_checkpoint(cfg.checkpoint)
+    bench = load_benchmark(cfg.benchmark, path=cfg.benchmark_file, limit=cfg.limit)
+    return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt))
+
+
+def execute(prep: Prepared) -> dict:
+    """Sample, grade, summarize and write one prepared evaluation; returns the summary."""
+    cfg, bench = prep.cfg, prep.bench
+    out = Path(cfg.out)
+
+    # -- sample --
+    kwargs = {"progress": cfg.progress, "dtype": cfg.dtype}
+    if cfg.backend == "hf":
+        kwargs.update(device=cfg.device, batch_size=cfg.batch_size)
+    else:
+        kwargs.update(seed=cfg.seed)
+    sampler = get_sampler(cfg.backend, prep.checkpoint, **kwargs)
+    prompts = [build_prompt(p["problem"], cfg.template, sampler.tokenizer) for p in bench.problems]
+    samples = sampler.sample(
+        prompts,
+        n=cfg.n,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+    )
+
+    # -- grade, summarize, write --
+    grades = grade_samples(bench, samples, cfg)
+    records = sample_records(bench, samples, grades)
+    summary = build_summary(cfg, bench, samples, grades, prep.model_sha256)
+    # ensure_ascii: model output may hold lone surrogates that UTF-8 cannot encode.
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    write_atomic(out / f"{bench.name}.jsonl", lines)
+    # The summary goes last: its presence means the per-sample file is complete too.
+    write_atomic(out / f"{bench.name}.json", json.dumps(summary, indent=2) + "\n")
+    if cfg.mlflow_uri is not None:
+        log_to_mlflow(summary, cfg.mlflow_uri, cfg.mlflow_run_id)
+    return summary
+
+
+def evaluate(cfg: EvalConfig) -> dict:
+    """Run one evaluation as configured; returns the summary (also written to disk)."""
+    return execute(prepare(cfg))
