@@ -31,6 +31,15 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in _csv(text))
 
 
+def _read_run_id(path: str) -> str | None:
+    """The MLflow run id a training job recorded, or None (tracking off or failed)."""
+    try:
+        text = open(path).read().strip()
+    except OSError:
+        return None
+    return text or None
+
+
 def eval_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m eval",
@@ -58,6 +67,9 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--mlflow-uri", default=None)
     p.add_argument("--mlflow-run-id", default=None)
+    p.add_argument("--mlflow-run-id-file", default=None,
+                   help="read the run id from this file (the trainer writes <run>/mlflow_run_id);"
+                   " a missing or empty file means no MLflow logging")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
 
@@ -91,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     from eval.run import EvalConfig, execute, prepare  # heavy imports only when evaluating
 
     args = eval_parser().parse_args(argv)
+    options = vars(args)
+    id_file = options.pop("mlflow_run_id_file")
+    if id_file and not options["mlflow_run_id"]:
+        options["mlflow_run_id"] = _read_run_id(id_file)
     try:
-        prepared = prepare(EvalConfig(**vars(args)))
+        prepared = prepare(EvalConfig(**options))
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"

@@ -19,6 +19,8 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from algorithms import Method, get_method, with_overrides
 
 from .spec import Axes, ReferenceAxis, SweepConfig, SweepError
@@ -149,8 +151,8 @@ def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], li
             combo = dict(zip(names, values))
             try:
                 resolved = _apply(method, combo)
-            except ValueError as exc:
-                reason = str(exc).splitlines()[-1].strip()
+            except ValidationError as exc:
+                reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
                 notes.append(f"{name} {combo}: dropped ({reason})")
                 continue
             key = (resolved.model_dump_json(exclude={"name", "source"}), str(combo.get("reference")))
