@@ -9,6 +9,8 @@ rule evaluate:
         samples=f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{{bench}}.jsonl",
     params:
         args=lambda wc: eval_args(SWEEP, wc.run_id, int(wc.step), wc.bench),
+    conda:
+        "../envs/harness.yaml"
     log:
         f"{OUT}/logs/eval/{{run_id}}/step_{{step}}_{{bench}}.log",
     benchmark:

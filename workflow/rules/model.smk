@@ -6,6 +6,8 @@ rule tiny_model:
         directory(MODEL_DIR),
     params:
         seed=SWEEP.base.get("seed", 0),
+    conda:
+        "../envs/harness.yaml"
     log:
         f"{OUT}/logs/tiny_model.log",
     benchmark:

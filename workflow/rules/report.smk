@@ -11,6 +11,8 @@ rule audit:
     output:
         table=f"{OUT}/audit/audit.md",
         csv=f"{OUT}/audit/audit.csv",
+    conda:
+        "../envs/harness.yaml"
     log:
         f"{OUT}/logs/audit.log",
     benchmark:
@@ -21,31 +23,35 @@ rule audit:
 
 rule paper_figures:
     output:
-        f"{OUT}/paper/figure2_dual_clip.png",
-        f"{OUT}/paper/figure3_rpg_style_clip.png",
+        fig2=f"{OUT}/paper/figure2_dual_clip.png",
+        fig3=f"{OUT}/paper/figure3_rpg_style_clip.png",
+    conda:
+        "../envs/harness.yaml"
     log:
         f"{OUT}/logs/paper_figures.log",
     benchmark:
         f"{OUT}/benchmarks/paper_figures.tsv"
     shell:
-        "python -m analysis figures --out $(dirname {output[0]}) > {log} 2>&1"
+        "python -m analysis figures --out $(dirname {output.fig2}) > {log} 2>&1"
 
 
 rule report:
     input:
         evals=EVALS,
         audit=rules.audit.output.table,
-        figures=rules.paper_figures.output,
+        figures=rules.paper_figures.output.fig2,
     output:
         REPORT,
     params:
-        sweep_dir=OUT,
+        sweep_dir=lambda wc, output: os.path.dirname(output[0]),
         paper=lambda wc: report_paper_args(SWEEP),
+    conda:
+        "../envs/harness.yaml"
     log:
         f"{OUT}/logs/report.log",
     benchmark:
         f"{OUT}/benchmarks/report.tsv"
     shell:
         "python -m analysis report --sweep-dir {params.sweep_dir} --out {params.sweep_dir}"
-        " --audit-dir $(dirname {input.audit}) --figures-dir $(dirname {input.figures[0]})"
+        " --audit-dir $(dirname {input.audit}) --figures-dir $(dirname {input.figures})"
         " {params.paper} > {log} 2>&1"

@@ -27,6 +27,8 @@ rule train:
         f"{OUT}/runs/{{run_id}}/DONE",
     params:
         parent=f"{OUT}/mlflow_parent_run_id",
+    conda:
+        "../envs/harness.yaml"
     log:
         f"{OUT}/logs/train/{{run_id}}.log",
     benchmark:
