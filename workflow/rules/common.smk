@@ -13,7 +13,7 @@ try:
     CELLS, NOTES = expand_sweep(SWEEP, SOURCE)
 except SweepError as exc:
     sys.exit(f"error: {exc}")
-validate(config, schema="../schemas/sweep.schema.json")
+validate(config, schema="../schemas/sweep.schema.json", set_default=False)
 for note in NOTES:
     print(f"sweep note: {note}", file=sys.stderr)
 

@@ -1,0 +1,88 @@
+"""Dry runs of every shipped config (and overlay) with exact job counts, and the lint."""
+
+import re
+
+import pytest
+import yaml
+from conftest import REPO, run_snakemake
+
+from sweep import expand, parse_sweep
+from sweep.runconfig import _merge, run_config
+from trainer.config import RunConfig
+
+# configfiles -> exact job counts per rule
+SHIPPED = {
+    ("config/default.yaml",): {"tiny_model": 1, "run_config": 6, "train": 6, "evaluate": 48,
+                               "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
+    ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate": 360, "audit": 1,
+                             "paper_figures": 1, "report": 1, "all": 1},
+    ("config/paper.yaml", "config/paper-4k.yaml"): {"run_config": 8, "train": 8, "evaluate": 480,
+                                                    "audit": 1, "paper_figures": 1, "report": 1,
+                                                    "all": 1},
+    ("config/paper.yaml", "config/paper-2k.yaml"): {"run_config": 6, "train": 6, "evaluate": 240,
+                                                    "audit": 1, "paper_figures": 1, "report": 1,
+                                                    "all": 1},
+    ("config/paper.yaml", "config/paper-qwen25-7b.yaml"): {
+        "run_config": 12, "train": 12, "evaluate": 720, "audit": 1, "paper_figures": 1,
+        "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/clip.yaml"): {
+        "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/beta.yaml"): {
+        "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/reference.yaml"): {
+        "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
+        "tiny_model": 1, "run_config": 48, "train": 48, "evaluate": 384, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+}
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    table = stdout.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def test_every_shipped_config_is_covered():
+    shipped = {str(p.relative_to(REPO)) for p in (REPO / "config").rglob("*.yaml")}
+    assert shipped == {f for files in SHIPPED for f in files}
+
+
+@pytest.mark.parametrize("files", list(SHIPPED), ids=lambda f: "+".join(x.split("/")[-1] for x in f))
+def test_dry_run_job_counts(files, tmp_path):
+    proc = run_snakemake("-n", "-c", "2", "--directory", str(REPO), "--configfile", *files,
+                         "--config", f"results_dir={tmp_path}")
+    assert job_counts(proc.stdout) == SHIPPED[files]
+
+
+@pytest.mark.parametrize("files", list(SHIPPED), ids=lambda f: "+".join(x.split("/")[-1] for x in f))
+def test_run_configs_resolve_to_the_cell(files):
+    """What the trainer will run (its own RunConfig) is exactly the cell's method."""
+    data = {}
+    for f in files:
+        data = _merge(data, yaml.safe_load((REPO / f).read_text()))
+    sweep = parse_sweep(data, "+".join(files))
+    cells, _ = expand(sweep)
+    for cell in cells:
+        method = RunConfig.model_validate(run_config(sweep, cell)).resolved_method()
+        assert method.loss == cell.method.loss, cell.run_id
+        assert (method.advantage, method.reference) == (cell.method.advantage,
+                                                       cell.method.reference), cell.run_id
+
+
+def test_lint_is_clean():
+    proc = run_snakemake("--lint")
+    assert "Congratulations, your workflow is in a good condition!" in proc.stdout + proc.stderr
+
+
+def test_bad_sweep_fails_before_any_job_naming_file_and_key(tmp_path):
+    bad = yaml.safe_load((REPO / "config/default.yaml").read_text())
+    bad["axes"] = {"divergence": ["js"]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    proc = run_snakemake("-n", "--configfile", str(path), check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert str(path) in out and "axes.divergence" in out and "'fkl'" in out
