@@ -108,6 +108,20 @@ class Resources(Strict):
     evaluate: JobResources = JobResources()
 
 
+class TinySpec(Strict):
+    """How the workflow builds the tiny model when base.model.path is "tiny"."""
+
+    seed: int = 0
+    sft_steps: int | None = Field(None, ge=0, description="warm-start steps (null: default)")
+    wrong_fraction: float | None = Field(None, ge=0, le=1,
+                                         description="share of noisy SFT targets (null: default)")
+
+    def cli_args(self) -> str:
+        flags = {"--seed": self.seed, "--sft-steps": self.sft_steps,
+                 "--wrong-fraction": self.wrong_fraction}
+        return " ".join(f"{k} {v}" for k, v in flags.items() if v is not None)
+
+
 class PaperSetting(Strict):
     """Which row set of results/reference/reported_results.csv this sweep reproduces."""
 
@@ -129,6 +143,7 @@ class SweepConfig(Strict):
     mlflow: MlflowSpec = MlflowSpec()
     resources: Resources = Resources()
     paper_setting: PaperSetting | None = None
+    tiny: TinySpec = TinySpec()
     results_dir: str = Field("results", description="root of all outputs")
 
     @property

@@ -5,7 +5,7 @@ rule tiny_model:
     output:
         directory(MODEL_DIR),
     params:
-        seed=SWEEP.base.get("seed", 0),
+        args=SWEEP.tiny.cli_args(),
     conda:
         "../envs/harness.yaml"
     log:
@@ -13,4 +13,4 @@ rule tiny_model:
     benchmark:
         f"{OUT}/benchmarks/tiny_model.tsv"
     shell:
-        "python -m trainer tiny --out {output} --seed {params.seed} > {log} 2>&1"
+        "python -m trainer tiny --out {output} {params.args} > {log} 2>&1"

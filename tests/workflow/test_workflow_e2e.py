@@ -1,0 +1,142 @@
+"""A real Snakemake run of a micro sweep: tiny model, two methods, a handful of steps, two
+evaluation steps on the toy task and two AIME problems -> tables, plots, report and MLflow
+runs read back with mlflow.search_runs. Then: a re-run does nothing, and a training job
+killed mid-run resumes on re-run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, SHARED, run_snakemake, snakemake_exe
+
+pytestmark = pytest.mark.slow
+
+STEPS = 4
+
+
+def micro_sweep(root: Path, name: str, methods: list[str], steps: int = STEPS,
+                model: str = "tiny") -> Path:
+    cfg = {
+        "name": name,
+        "results_dir": str(root / "results"),
+        "tiny": {"sft_steps": 150},
+        "base": {
+            "model": {"path": model},
+            "task": {"kind": "toy", "num_prompts": 64},
+            "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 24},
+            "optim": {"steps": steps},
+            "checkpoint": {"state_every_steps": 1},
+            "tracking": {"progress": False},
+        },
+        "methods": methods,
+        "seeds": [0],
+        "eval": {
+            "steps": [steps // 2, steps],
+            "benchmarks": ["toy", "aime24"],
+            "n": 2,
+            "max_new_tokens": 24,
+            "limit": {"toy": 8, "aime24": 2},
+            "files": {"aime24": str(SHARED / "data/benchmarks/aime24.jsonl")},
+        },
+    }
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def smk(root: Path, config: Path, *extra, check=True):
+    return run_snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
+                         "--configfile", str(config), "-c", "2", "--rerun-incomplete", *extra,
+                         cwd=root, check=check, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    config = micro_sweep(root, "micro", ["RPG-REINFORCE-URKL", "GRPO"])
+    proc = smk(root, config)
+    return root, config, proc
+
+
+def test_sweep_produces_tables_plots_report(finished):
+    root, _, _ = finished
+    out = root / "results" / "micro"
+    report = (out / "report.md").read_text()
+    assert "RPG-REINFORCE-URKL" in report and "GRPO" in report
+    for scorer in ("dapo", "math_verify"):
+        table = (out / "tables" / f"last_best_{scorer}.csv").read_text()
+        assert "RPG-REINFORCE-URKL" in table
+    assert (out / "plots" / "training.png").stat().st_size > 1000
+    assert (out / "plots" / "accuracy_dapo.pdf").stat().st_size > 1000
+    assert (out / "audit" / "audit.md").exists() and (out / "paper" / "figure3_rpg_style_clip.png").exists()
+    summary = json.loads((out / "runs/rpg-reinforce-urkl_s0/eval/step_4/aime24.json").read_text())
+    assert summary["num_problems"] == 2 and summary["sampling"]["n"] == 2
+    lines = (out / "runs/grpo_s0/metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == list(range(1, STEPS + 1))
+
+
+def test_mlflow_parent_children_metrics_and_tags(finished):
+    import mlflow
+
+    root, _, _ = finished
+    uri = f"sqlite:///{root / 'results' / 'micro' / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["micro"], output_format="pandas")
+    parents = runs[runs["tags.kind"] == "sweep"]
+    children = runs[runs["tags.method"].notna()]
+    assert len(parents) == 1 and len(children) == 2
+    assert set(children["tags.mlflow.parentRunId"]) == set(parents["run_id"])
+    assert set(children["tags.method"]) == {"RPG-REINFORCE-URKL", "GRPO"}
+    assert set(children["tags.divergence"]) == {"urkl", "None"}
+    client = mlflow.MlflowClient(uri)
+    child = children[children["tags.method"] == "GRPO"]["run_id"].iloc[0]
+    assert [m.step for m in client.get_metric_history(child, "reward_mean")] == list(range(1, STEPS + 1))
+    evals = client.get_metric_history(child, "eval/toy/dapo/mean")
+    assert sorted(m.step for m in evals) == [STEPS // 2, STEPS]
+
+
+def test_rerun_of_a_finished_sweep_does_nothing(finished):
+    root, config, _ = finished
+    proc = smk(root, config, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_killed_training_job_resumes_on_rerun(finished):
+    root, _, _ = finished
+    steps = 8
+    # a real model path (not "tiny"): reuse the finished sweep's model, no build job
+    config = micro_sweep(root, "killed", ["RPG-REINFORCE-URKL"], steps=steps,
+                         model=str(root / "results" / "micro" / "model"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(
+        [snakemake_exe(), "--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
+         "--configfile", str(config), "-c", "1", "--rerun-incomplete"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    metrics = root / "results/killed/runs/rpg-reinforce-urkl_s0/metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("training never reached step 3")
+    os.killpg(proc.pid, signal.SIGKILL)  # no warning, no chance to save: a hard kill
+    proc.wait()
+    done_before = len(metrics.read_text().splitlines())
+    assert done_before < steps
+    assert not (metrics.parent / "DONE").exists()
+    rerun = smk(root, config)
+    assert (metrics.parent / "DONE").exists()
+    log = (root / "results/killed/logs/train/rpg-reinforce-urkl_s0.log").read_text()
+    assert "resum" in log.lower()
+    steps_logged = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert sorted(set(steps_logged)) == list(range(1, steps + 1))
+    assert rerun.returncode == 0
