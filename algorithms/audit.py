@@ -59,8 +59,9 @@ class Tabular:
         k1 = int(round(self.n_outcomes ** 0.5))
         first = torch.log_softmax(theta[:k1], -1)  # (K1,)
         second = torch.log_softmax(theta[k1:].view(k1, k1), -1)  # (K1, K2)
-        rows = [torch.stack([first[a], second[a, b]]) for a, b in itertools.product(range(k1), range(k1))]
-        return torch.stack(rows)  # (K1*K2, 2)
+        a = torch.arange(k1).repeat_interleave(k1)  # first token of each outcome
+        b = torch.arange(k1).repeat(k1)  # second token
+        return torch.stack([first[a], second[a, b]], -1)  # (K1*K2, 2)
 
     def seq_probs(self, theta: torch.Tensor) -> torch.Tensor:
         return self.token_logps(theta).sum(-1).exp()  # (N,)
@@ -122,13 +123,13 @@ def surrogate_gradients(p: Problem, cfg: LossConfig, with_reward: bool = True):
     mask = torch.ones_like(old_lp)
     penalty = kl_reward_penalty(cfg, old_lp, ref_lp, mask)
     adv = token_returns(rewards, penalty, mask)  # [N] or [N, T]
+    theta = p.theta.clone().requires_grad_(True)
+    logp = p.policy.token_logps(theta)  # one graph, differentiated once per outcome
     grads = []
     for i in range(p.policy.n_outcomes):
-        theta = p.theta.clone().requires_grad_(True)
-        logp = p.policy.token_logps(theta)[i : i + 1]
-        loss, _ = compute_policy_loss(cfg, logp, old_lp[i : i + 1], ref_lp[i : i + 1],
+        loss, _ = compute_policy_loss(cfg, logp[i : i + 1], old_lp[i : i + 1], ref_lp[i : i + 1],
                                       adv[i : i + 1], mask[i : i + 1])
-        (g,) = torch.autograd.grad(loss, theta)
+        (g,) = torch.autograd.grad(loss, theta, retain_graph=True)
         grads.append(g)
     return torch.stack(grads), mu
 
@@ -258,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=BETA)
     parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # tiny tensors: extra threads only add synchronisation cost
     df = run_audit(args.seed, args.beta, tuple(args.policies))
     args.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out / "audit_long.csv", index=False)
