@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis figures", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/paper"))
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # one-token losses: threads only add overhead
     for path in write_figures(args.out):
         print(f"wrote {path}")
     return 0
