@@ -1,31 +1,83 @@
 """Synthetic verifiable arithmetic task for the tiny offline default.
 
-Problems are short integer expressions; the gold answer is their value. Splits are
-disjoint by construction (a split name is mixed into the seed and held-out problems are
-filtered against the training set), so held-out accuracy measures generalisation.
+A problem is "Compute a + b * c." with a, b in 1..9 and c in 1..5; the gold answer is its
+value as a string. The 405 possible expressions are split once, deterministically, into a
+held-out pool (30%: 121) and a training pool (70%: 284), so `problems("test", ...)` never
+repeats an expression that `problems("train", ...)` can produce. (The ranges are small on
+purpose: a ~0.3M-parameter model must learn the arithmetic in a ~40 s warm start.)
+
+`solution(problem)` writes the worked response the tiny model is warm-started on: one
+intermediate line, then the DAPO answer line ("Answer: N"), so the shared `dapo` scorer
+grades it. `wrong_solution(problem)` is the systematic mistake (left-to-right evaluation,
+ignoring operator precedence) mixed into the warm-start data so the warm-started model is
+clearly imperfect and RL has something to fix.
+
+    python -c "from trainer.tasks.toy import problems; print(problems('test', 3))"
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 SPLITS = ("train", "test")
+A_RANGE, B_RANGE, C_RANGE = range(1, 10), range(1, 10), range(1, 6)
+TEST_FRACTION = 0.3
+_PROBLEM_RE = re.compile(r"^Compute (\d+) \+ (\d+) \* (\d+)\.$")
 
 
-def _expression(rng: random.Random) -> tuple[str, int]:
-    a, b, c = rng.randint(1, 20), rng.randint(1, 20), rng.randint(1, 9)
-    op = rng.choice(["+", "-"])
-    value = a + b * c if op == "+" else a - b * c
-    return f"{a} {op} {b} * {c}", value
+def _pools() -> dict[str, list[tuple[int, int, int]]]:
+    """All (a, b, c) triples, shuffled once with a fixed seed and cut into the two splits."""
+    triples = [(a, b, c) for a in A_RANGE for b in B_RANGE for c in C_RANGE]
+    random.Random("toy-split-v1").shuffle(triples)
+    n_test = int(len(triples) * TEST_FRACTION)
+    return {"test": triples[:n_test], "train": triples[n_test:]}
+
+
+_POOLS = _pools()
 
 
 def problems(split: str, n: int, seed: int = 0) -> list[dict]:
-    """`n` problems of `split` as dicts with keys id, problem, answer (answer is a str)."""
+    """`n` problems of `split` as dicts with keys id, problem, answer (answer is a str).
+
+    Problems are distinct while `n` is at most the split's pool size (121 test, 284 train);
+    beyond that the pool is cycled in fresh shuffles. Deterministic for (split, n, seed).
+    """
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not a toy split; choose one of {SPLITS}")
+    if n < 0:
+        raise ValueError(f"n={n} must be >= 0")
     rng = random.Random(f"toy-{split}-{seed}")
+    pool = _POOLS[split]
+    order: list[tuple[int, int, int]] = []
+    while len(order) < n:
+        chunk = list(pool)
+        rng.shuffle(chunk)
+        order.extend(chunk)
     out = []
-    for i in range(n):
-        expr, value = _expression(rng)
-        out.append({"id": f"toy-{split}-{i:05d}", "problem": f"Compute {expr}.", "answer": str(value)})
+    for i, (a, b, c) in enumerate(order[:n]):
+        out.append(
+            {"id": f"toy-{split}-{i:05d}", "problem": f"Compute {a} + {b} * {c}.",
+             "answer": str(a + b * c)}
+        )
     return out
+
+
+def _parse(problem: str) -> tuple[int, int, int]:
+    match = _PROBLEM_RE.match(problem)
+    if match is None:
+        raise ValueError(f"not a toy problem: {problem!r}")
+    a, b, c = (int(x) for x in match.groups())
+    return a, b, c
+
+
+def solution(problem: str) -> str:
+    """The correct worked response: the product first, then the DAPO answer line."""
+    a, b, c = _parse(problem)
+    return f"{b} * {c} = {b * c}\nAnswer: {a + b * c}"
+
+
+def wrong_solution(problem: str) -> str:
+    """The systematic mistake: evaluate left to right, (a + b) * c."""
+    a, b, c = _parse(problem)
+    return f"{a} + {b} = {a + b}\n{a + b} * {c} = {(a + b) * c}\nAnswer: {(a + b) * c}"

@@ -1,0 +1,96 @@
+"""Peak memory of an RPG run (reference = rollout policy) vs a GRPO run (fixed reference).
+
+    python benchmarks/reference_memory.py                 # ~30M-parameter Llama, CPU
+    python benchmarks/reference_memory.py --device cuda --hidden 2048 --layers 16
+
+Builds one random HF Llama (same weights for both runs; the tiny tokenizer), then runs 2
+trainer steps per method, each in a fresh process, and prints side by side: the model
+copies held (policy + reference), the bytes of weights held, and the process's peak
+memory (CUDA: max_memory_allocated; CPU: peak resident set, ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+def build_model(out: Path, hidden: int, layers: int) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.tiny import TinyConfig, build_tokenizer
+
+    tok = build_tokenizer(TinyConfig())
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3,
+                      num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8,
+                      max_position_embeddings=256, tie_word_embeddings=False,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def one_run(model: str, method: str, device: str, out: str) -> dict:
+    from trainer.config import parse_run_config
+    from trainer.loop import Trainer
+
+    cfg = parse_run_config({
+        "run_id": method, "out_dir": out, "model": {"path": model, "device": device},
+        "method": {"name": method}, "optim": {"steps": 2},
+        "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 16},
+        "tracking": {"mlflow_uri": None, "progress": False},
+    })
+    trainer = Trainer(cfg)
+    for _ in range(2):
+        trainer.run_step()
+    models = [trainer.model] + ([trainer.reference.model] if trainer.reference.held else [])
+    held = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"copies": len(models), "weights_bytes": held, "peak_bytes": peak}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--methods", nargs=2, default=["RPG-REINFORCE-URKL", "GRPO"])
+    p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # model method out
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(one_run(*args.child[:2], args.device, args.child[2])))
+        return
+    work = Path(tempfile.mkdtemp(prefix="refmem_"))
+    model = build_model(work / "model", args.hidden, args.layers)
+    results = {}
+    for method in args.methods:
+        cmd = [sys.executable, __file__, "--device", args.device, "--child", str(model), method,
+               str(work / method)]
+        out = subprocess.check_output(cmd, text=True, stderr=subprocess.DEVNULL)
+        results[method] = json.loads(out.strip().splitlines()[-1])
+    mib = 2**20
+    print(f"2 trainer steps, Llama hidden {args.hidden} x {args.layers} layers, {args.device}")
+    print(f"{'method':<22}{'models held':>12}{'weights MiB':>14}{'peak MiB':>12}")
+    for method, r in results.items():
+        print(f"{method:<22}{r['copies']:>12}{r['weights_bytes'] / mib:>14.1f}"
+              f"{r['peak_bytes'] / mib:>12.1f}")
+    a, b = (results[m] for m in args.methods)
+    print(f"peak ratio {args.methods[1]} / {args.methods[0]}: "
+          f"{b['peak_bytes'] / a['peak_bytes']:.2f}x; weights held ratio: "
+          f"{b['weights_bytes'] / a['weights_bytes']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Trainer CLI.
+
+    python -m trainer --config run.yaml                 # train (or resume) one run
+    python -m trainer train --config run.yaml           # same
+    python -m trainer tiny --out DIR [--sft-steps N]    # build + warm-start the tiny model
+    python -m trainer heldout --model DIR [--n 4 | --greedy]   # toy held-out accuracy
+
+Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config, 75 preempted
+(SIGTERM/SIGUSR1: resume state saved; rerun the same command to continue), 1 other errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _train(args) -> int:
+    from trainer.config import load_run_config
+    from trainer.loop import train
+
+    try:
+        cfg = load_run_config(args.config)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = train(cfg)
+    print(f"[trainer] run directory: {out}")
+    return 0
+
+
+def _tiny(args) -> int:
+    from trainer.tiny import TinyConfig, build_tiny
+
+    overrides = {k: v for k, v in {"sft_steps": args.sft_steps, "seed": args.seed,
+                                   "wrong_fraction": args.wrong_fraction}.items() if v is not None}
+    build_tiny(args.out, TinyConfig(**overrides))
+    return 0
+
+
+def _heldout(args) -> int:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer.heldout import heldout_accuracy
+    from trainer.runtime import tune_cpu_runtime
+    from trainer.tasks import toy
+
+    tune_cpu_runtime()
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    n, temperature = (1, 0.0) if args.greedy else (args.n, 1.0)
+    acc = heldout_accuracy(model, tokenizer, toy.problems("test", args.problems, seed=0), n=n,
+                           temperature=temperature, max_new_tokens=args.max_new_tokens)
+    kind = "greedy" if args.greedy else f"sampled mean@{n} (T=1.0)"
+    print(f"held-out accuracy ({kind}, {args.problems} toy test problems): {acc:.4f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].startswith("--") and argv[0] != "--help":  # `-m trainer --config x`
+        argv = ["train", *argv]
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train or resume one run")
+    p.add_argument("--config", required=True, help="run config YAML (trainer.config.RunConfig)")
+    p.set_defaults(func=_train)
+    p = sub.add_parser("tiny", help="build the tiny model + tokenizer and warm-start it")
+    p.add_argument("--out", required=True, help="output directory (HF format)")
+    p.add_argument("--sft-steps", type=int, default=None, help="warm-start steps (default 600)")
+    p.add_argument("--wrong-fraction", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=_tiny)
+    p = sub.add_parser("heldout", help="held-out accuracy on the toy test split")
+    p.add_argument("--model", required=True)
+    p.add_argument("--n", type=int, default=4, help="samples per problem (temperature 1.0)")
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--problems", type=int, default=200)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.set_defaults(func=_heldout)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""Typed run configuration of one training run (one grid cell x seed).
+
+    cfg = load_run_config("run.yaml")      # errors name the file and the key
+    cfg.resolved_method()                  # the Method after overrides: loss, advantage, ...
+
+Every section rejects unknown keys. Defaults give the embedded tiny CPU run (the model
+path must still be given, e.g. the output of `python -m trainer tiny`). `null` in the
+rollout/method sections means "the method's default" (e.g. dynamic sampling on for DAPO).
+Derived values (label, the "method" tag, the MLflow URI) are filled right after parsing,
+so the `config.yaml` saved in the run directory is fully resolved.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from algorithms import REFERENCE_SCHEDULES, Method, get_method, with_overrides
+from algorithms.methods import PAPER_BETA, PAPER_CLIP
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    """The policy."""
+
+    path: str = Field("", description="HF model directory or hub id (required)")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="storage dtype of the trainable weights (keep float32 for AdamW)"
+    )
+    compute_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="autocast dtype for forward passes; auto = bfloat16 on cuda"
+    )
+    gradient_checkpointing: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    attn_implementation: str | None = Field(None, description="e.g. sdpa, flash_attention_2")
+
+
+class TaskConfig(_Section):
+    """Prompts and the verifiable reward."""
+
+    kind: Literal["toy", "math"] = "toy"
+    path: str | None = Field(
+        None, description="math: local JSONL/parquet file or hub id (DAPO-Math-17k style)"
+    )
+    split: str = Field("train", description="math: dataset split when loading from the hub")
+    problem_key: str | None = Field(None, description="math: problem column (auto: prompt/problem)")
+    answer_key: str | None = Field(None, description="math: answer column (auto: answer/solution/"
+                                   "reward_model.ground_truth)")
+    num_prompts: int | None = Field(
+        2048, ge=1, description="toy: problems drawn from its train split; math: limit (null=all)"
+    )
+    template: Literal["dapo", "boxed"] = "dapo"
+    scorer: Literal["dapo", "math_verify"] = "dapo"
+    reward_correct: float = Field(1.0, description="reward of a correct answer (DAPO: 1)")
+    reward_incorrect: float = Field(-1.0, description="reward otherwise (DAPO scorer: -1)")
+
+
+class RolloutConfig(_Section):
+    """Sampling of responses. null = the method's default."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    n: int = Field(8, ge=1, description="responses per prompt (group size)")
+    prompts_per_step: int = Field(8, ge=1, description="groups in one training batch")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(32, ge=1)
+    dynamic_sampling: bool | None = Field(None, description="drop all-equal groups and refill")
+    max_gen_batches: int = Field(3, ge=1, description="dynamic sampling: generation rounds cap")
+    overlong_shaping: bool | None = Field(None, description="DAPO soft overlong penalty")
+    overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
+    overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
+    gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
+    vllm_gpu_memory_utilization: float = Field(0.35, gt=0, le=1)
+    vllm_sleep_level: Literal[1, 2] = 1
+    vllm_max_model_len: int | None = None
+
+
+class ReferenceConfig(_Section):
+    """Reference policy schedule (trainer.reference)."""
+
+    schedule: Literal["rollout", "fixed", "every_k", "kl_target"] | None = Field(
+        None, description="null = the method's default"
+    )
+    k: int = Field(10, ge=1, description="every_k: optimizer steps between refreshes")
+    kappa: float = Field(0.05, gt=0, description="kl_target: refresh when the KL average > kappa")
+    kl_ema: float = Field(0.9, ge=0, lt=1, description="kl_target: moving-average factor")
+    kl_metric: Literal["kl_ref_k1", "kl_ref_k3"] = "kl_ref_k3"
+
+
+class MethodConfig(_Section):
+    """The algorithm: a registered method plus overrides, or an explicit loss."""
+
+    name: str | None = Field(
+        "RPG-REINFORCE-URKL", description="an algorithms.METHODS key, or null for `loss` alone"
+    )
+    loss: dict[str, Any] = Field(
+        default_factory=dict, description="LossConfig field overrides (full LossConfig if no name)"
+    )
+    advantage: str | None = Field(None, description="advantage estimator override")
+    reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
+
+
+class OptimConfig(_Section):
+    """AdamW with linear warmup then constant LR; K epochs of mini-batch updates per step."""
+
+    steps: int = Field(100, ge=1, description="RL steps (one rollout batch each)")
+    lr: float = Field(2e-4, gt=0, description="tiny default; the paper uses 1e-6 at 4B-8B")
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warmup")
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(1.0, gt=0, description="max grad norm (null = off)")
+    epochs: int = Field(1, ge=1, description="K passes over each rollout batch")
+    mini_batch_size: int | None = Field(
+        None, ge=1, description="sequences per optimizer step (null = the whole batch)"
+    )
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward")
+    max_nonfinite_in_row: int = Field(3, ge=1, description="stop after this many skipped updates")
+
+
+class CheckpointConfig(_Section):
+    """HF checkpoints for evaluation and the resume state."""
+
+    eval_steps: list[int] = Field(default_factory=list, description="also saved: the last step")
+    wall_clock_minutes: float | None = Field(
+        30.0, gt=0, description="save the resume state at least this often (null = off)"
+    )
+    state_every_steps: int | None = Field(
+        None, ge=1, description="also save the resume state every N steps"
+    )
+    save_dtype: Literal["same", "float32", "bfloat16", "float16"] = "same"
+    keep_state: bool = Field(False, description="keep state/ after the run is DONE")
+
+
+class TrackingConfig(_Section):
+    """metrics.jsonl is always written; MLflow mirrors it."""
+
+    mlflow_uri: str | None = Field(
+        "auto", description="auto = sqlite:///<out_dir>/../../mlflow.db; null = no MLflow"
+    )
+    experiment: str = "rpg-harness"
+    parent_run_id: str | None = None
+    progress: bool = True
+
+
+class DebugConfig(_Section):
+    """Fault-injection hooks for tests and drills; leave empty in real runs."""
+
+    stop_after_steps: int | None = Field(
+        None, ge=1, description="save the resume state and return after this many steps"
+    )
+    nonfinite_steps: list[int] = Field(
+        default_factory=list, description="steps whose loss is replaced by NaN (guard drill)"
+    )
+
+
+class RunConfig(_Section):
+    """One training run. Saved resolved as `<out_dir>/config.yaml`."""
+
+    run_id: str = "tiny"
+    label: str = Field("", description="display name of the grid cell (default: method name)")
+    seed: int = 0
+    tags: dict[str, str] = Field(default_factory=dict, description="axis -> value (+ method)")
+    out_dir: str = "results/default/runs/tiny"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    debug: DebugConfig = Field(default_factory=DebugConfig)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> RunConfig:
+        method = self.resolved_method()  # raises with the key on a bad method/override
+        if not self.label:
+            self.label = self.method.name or "custom"
+        if "method" not in self.tags:
+            self.tags = {**self.tags, "method": method.name}
+        if self.tracking.mlflow_uri == "auto":
+            db = (Path(self.out_dir) / ".." / ".." / "mlflow.db").resolve()
+            self.tracking.mlflow_uri = f"sqlite:///{db}"
+        for s in self.checkpoint.eval_steps:
+            if not 1 <= s <= self.optim.steps:
+                raise ValueError(f"checkpoint.eval_steps: {s} is outside 1..optim.steps="
+                                 f"{self.optim.steps}")
+        batch = self.rollout.n * self.rollout.prompts_per_step
+        mini = self.optim.mini_batch_size or batch
+        if mini > batch:
+            raise ValueError(f"optim.mini_batch_size={mini} exceeds the batch of "
+                             f"rollout.n * rollout.prompts_per_step = {batch} sequences")
+        if self.rollout.overlong_buffer >= self.rollout.max_new_tokens:
+            raise ValueError(f"rollout.overlong_buffer={self.rollout.overlong_buffer} must be "
+                             f"< rollout.max_new_tokens={self.rollout.max_new_tokens}")
+        return self
+
+    def resolved_method(self) -> Method:
+        """The method after overrides (loss fields, advantage, reference schedule, DAPO bits)."""
+        m = self.method
+        if m.name is not None:
+            try:
+                base = get_method(m.name)
+            except ValueError as e:
+                raise ValueError(f"method.name: {e}") from None
+        else:
+            if not m.loss:
+                raise ValueError("method.name is null, so method.loss must give a full LossConfig")
+            # A custom loss defaults to the paper's clip and beta where it does not say.
+            base = Method(name="custom", loss={"objective": "rpg", "divergence": "urkl",
+                                               "clip": PAPER_CLIP, "beta": PAPER_BETA},
+                          advantage="group_mean")
+        loss = dict(m.loss)
+        if isinstance(loss.get("clip"), dict) and base.loss.clip is not None:
+            loss["clip"] = {**base.loss.clip.model_dump(), **loss["clip"]}
+        if m.name is None:
+            loss = {"objective": "rpg", **loss}
+        fields: dict[str, Any] = {}
+        if m.advantage is not None:
+            fields["advantage"] = m.advantage
+        if m.reference.schedule is not None:
+            fields["reference"] = m.reference.schedule
+        if self.rollout.dynamic_sampling is not None:
+            fields["dynamic_sampling"] = self.rollout.dynamic_sampling
+        if self.rollout.overlong_shaping is not None:
+            fields["overlong_shaping"] = self.rollout.overlong_shaping
+        try:
+            return with_overrides(base, loss=loss or None, **fields)
+        except ValidationError as e:
+            raise ValueError(_format_errors(e, prefix="method.loss.")) from None
+
+    @property
+    def reference_schedule(self) -> str:
+        schedule = self.resolved_method().reference
+        assert schedule in REFERENCE_SCHEDULES
+        return schedule
+
+
+def _format_errors(err: ValidationError, prefix: str = "") -> str:
+    """One line per error: dotted key, message, bad value (cross-field errors name their keys)."""
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:
+            lines.append(msg)
+            continue
+        key = prefix + ".".join(str(x) for x in e["loc"])
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"{key}: {msg}{shown}")
+    return "; ".join(lines)
+
+
+def parse_run_config(data: dict, source: str = "<dict>") -> RunConfig:
+    """Validate a dict; a ValueError names `source` and each bad key."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: a run config must be a mapping, got {type(data).__name__}")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"{source}: invalid run config: {_format_errors(e)}") from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML run config; errors name the file and the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"run config {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from None
+    return parse_run_config(data, str(path))
+
+
+def dump_run_config(cfg: RunConfig) -> str:
+    """The resolved config as YAML (what `<out_dir>/config.yaml` holds)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

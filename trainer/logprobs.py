@@ -1,0 +1,165 @@
+"""Token log-probs and entropies of responses without a full [B, T, V] float32 log-softmax.
+
+The model's backbone runs once; the LM head then runs over the response positions in
+chunks of `chunk_tokens` rows, each chunk upcast to float32 and reduced to (log-prob,
+entropy) immediately. Under autograd each chunk is checkpointed, so its [chunk, V] logits
+are recomputed in backward instead of kept: peak memory is O(chunk * V), not O(B * T * V)
+(benchmarks/logprob_memory.py measures it against the naive path).
+
+Legend: B sequences, P prompt length (left-padded), T response length (right-padded),
+L = P + T, H hidden size, V vocabulary, N = B * T flattened response positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# Rows per chunk = CHUNK_ELEMENTS // V (at least MIN_CHUNK_TOKENS): each float32 [chunk, V]
+# buffer is then ~8 MiB, and a chunk's forward+backward holds ~a dozen of them (logits,
+# softmax, entropy product, their gradients). 32k vocab -> 64 rows; 152k -> 32 rows.
+CHUNK_ELEMENTS = 2**21
+MIN_CHUNK_TOKENS = 32
+
+
+def auto_chunk_tokens(vocab_size: int) -> int:
+    return max(MIN_CHUNK_TOKENS, CHUNK_ELEMENTS // vocab_size)
+
+
+@dataclass
+class PackedBatch:
+    """Prompts left-padded to P, responses right-padded to T, side by side: every response
+    starts at column P, so the logits predicting it are columns P-1 .. P+T-2."""
+
+    input_ids: torch.Tensor  # (B, L) long
+    attention_mask: torch.Tensor  # (B, L) long
+    response_mask: torch.Tensor  # (B, T) float, 1 on response tokens (EOS included)
+    prompt_len: int  # P
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len :]  # (B, T)
+
+    def rows(self, idx) -> PackedBatch:
+        """The sub-batch of rows `idx` (columns unchanged)."""
+        return PackedBatch(self.input_ids[idx], self.attention_mask[idx],
+                           self.response_mask[idx], self.prompt_len)
+
+    def to(self, device) -> PackedBatch:
+        return PackedBatch(self.input_ids.to(device), self.attention_mask.to(device),
+                           self.response_mask.to(device), self.prompt_len)
+
+
+def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> PackedBatch:
+    """Pack token lists (one prompt per response, repeated as needed) into a PackedBatch."""
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    P = max(len(p) for p in prompts)
+    T = max(1, max(len(r) for r in responses))
+    B = len(prompts)
+    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + T), dtype=torch.long)
+    rmask = torch.zeros((B, T), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attn[i, P - len(p) : P] = 1
+        if r:
+            ids[i, P : P + len(r)] = torch.tensor(r, dtype=torch.long)
+            attn[i, P : P + len(r)] = 1
+            rmask[i, : len(r)] = 1.0
+    return PackedBatch(ids, attn, rmask, P)
+
+
+def _chunk_stats(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+    inv_temp: float, with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """h (n, H), weight (V, H), targets (n,) -> log-prob (n,) and entropy (n,), float32."""
+    logits = torch.nn.functional.linear(h, weight, bias).float()  # (n, V)
+    if inv_temp != 1.0:
+        logits = logits * inv_temp
+    lse = torch.logsumexp(logits, dim=-1)  # (n,)
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if with_entropy:
+        probs = torch.softmax(logits, dim=-1)
+        entropy = lse - (probs * logits).sum(-1)
+    else:
+        entropy = torch.zeros_like(lse)
+    return logp, entropy
+
+
+def head_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
+    bias: torch.Tensor | None = None, temperature: float = 1.0, chunk_tokens: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden (N, H), weight (V, H), targets (N,) -> (log-prob (N,), entropy (N,)), float32.
+
+    Chunks of `chunk_tokens` rows (None: auto_chunk_tokens(V)); checkpointed per chunk when
+    gradients are needed.
+    """
+    chunk_tokens = chunk_tokens or auto_chunk_tokens(weight.shape[0])
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    inv_temp = 1.0 / temperature
+    logps, ents = [], []
+    # split (not slicing): its backward concatenates the chunk gradients once instead of
+    # materialising a zero-padded (N, H) gradient per chunk.
+    for h, t in zip(hidden.split(chunk_tokens), targets.split(chunk_tokens)):
+        if grad:
+            lp, ent = checkpoint(_chunk_stats, h, weight, bias, t, inv_temp, with_entropy,
+                                 use_reentrant=False)
+        else:
+            lp, ent = _chunk_stats(h, weight, bias, t, inv_temp, with_entropy)
+        logps.append(lp)
+        ents.append(ent)
+    return torch.cat(logps), torch.cat(ents)
+
+
+def response_logprobs(
+    model, batch: PackedBatch, *, temperature: float = 1.0, chunk_tokens: int | None = None,
+    with_entropy: bool = False, autocast: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (B, T) of the response tokens under `model` (and entropies (B, T)), float32,
+    zero off `batch.response_mask`. Gradients flow when grad mode is on.
+
+    `temperature` divides the logits, matching the sampler's distribution.
+    """
+    backbone, head = model.get_decoder(), model.get_output_embeddings()
+    if backbone is None or head is None:
+        raise TypeError(f"{type(model).__name__} exposes no get_decoder()/get_output_embeddings()")
+    device = batch.input_ids.device
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp_min(0)  # (B, L) as in generate
+    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+        hidden = backbone(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+            position_ids=position_ids, use_cache=False,
+        ).last_hidden_state  # (B, L, H)
+    P = batch.prompt_len
+    T = batch.response_mask.shape[1]
+    h = hidden[:, P - 1 : P + T - 1]  # (B, T, H): the states that predict response tokens
+    B, _, H = h.shape
+    weight = head.weight if autocast is None else head.weight.to(autocast)
+    bias = getattr(head, "bias", None)
+    h = h.reshape(B * T, H)  # (N, H)
+    if autocast is not None:
+        h = h.to(autocast)
+    logp, ent = head_logprobs(
+        h, weight, batch.response_ids.reshape(B * T), bias=bias, temperature=temperature,
+        chunk_tokens=chunk_tokens, with_entropy=with_entropy,
+    )
+    mask = batch.response_mask
+    return logp.view(B, T) * mask, ent.view(B, T) * mask
+
+
+def naive_response_logprobs(model, batch: PackedBatch, temperature: float = 1.0):
+    """Reference path (tests, benchmarks): full logits, float32 log-softmax over (B, T, V)."""
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   position_ids=position_ids, use_cache=False).logits  # (B, L, V)
+    P, T = batch.prompt_len, batch.response_mask.shape[1]
+    logp_all = torch.log_softmax(logits[:, P - 1 : P + T - 1].float() / temperature, -1)
+    logp = logp_all.gather(-1, batch.response_ids[..., None]).squeeze(-1)  # (B, T)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp * batch.response_mask, entropy * batch.response_mask
