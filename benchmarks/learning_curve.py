@@ -5,8 +5,8 @@
 
 For each method: one run of `--steps` steps with the trainer's tiny defaults (the method's
 own loss, advantage and reference schedule from algorithms.METHODS), then held-out
-accuracy = sampled (temperature 1.0) mean accuracy over `--n` samples for each of the 200
-toy test problems (`trainer.tasks.toy.problems("test", 200, seed=0)`), dapo scorer. Prints
+accuracy = sampled (temperature 1.0) mean accuracy over `--n` samples for each of the 121
+held-out toy problems (`trainer.tasks.toy.problems("test", 121, seed=0)`), dapo scorer. Prints
 one table: before, after, gain in points, RL wall time.
 """
 
@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n", type=int, default=4, help="samples per held-out problem")
-    p.add_argument("--problems", type=int, default=200)
+    p.add_argument("--problems", type=int, default=toy.pool_size("test"))
     p.add_argument("--out", type=Path, default=None, help="keep runs here (default: temp dir)")
     p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE",
                    help="extra run-config overrides, e.g. optim.lr=3e-4")

@@ -20,8 +20,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TOY_EVAL_SIZE = 200  # default number of held-out toy problems
-
 
 @dataclass(frozen=True)
 class HubSource:
@@ -149,7 +147,7 @@ def load_benchmark(
     elif spec is None:  # toy: generated, deterministic
         from trainer.tasks import toy
 
-        count = max(TOY_EVAL_SIZE, limit or 0)
+        count = toy.pool_size("test")  # every held-out problem once
         problems = toy.problems(split="test", n=count, seed=0)
         kind, where = "generated", f"trainer.tasks.toy:test:n={count}:seed=0"
     else:

@@ -15,6 +15,16 @@ import argparse
 import sys
 
 
+def _read_parent(path: str | None) -> str | None:
+    """The sweep's MLflow parent run id (written by the workflow), if there is one."""
+    if not path:
+        return None
+    try:
+        return open(path).read().strip() or None
+    except OSError:
+        return None
+
+
 def _train(args) -> int:
     from trainer.config import load_run_config
     from trainer.loop import train
@@ -24,6 +34,9 @@ def _train(args) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    parent = _read_parent(args.parent_run_id_file)
+    if parent and not cfg.tracking.parent_run_id:
+        cfg.tracking.parent_run_id = parent
     out = train(cfg)
     print(f"[trainer] run directory: {out}")
     return 0
@@ -65,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train or resume one run")
     p.add_argument("--config", required=True, help="run config YAML (trainer.config.RunConfig)")
+    p.add_argument("--parent-run-id-file", default=None,
+                   help="file holding an MLflow parent run id (the sweep's); missing/empty: none")
     p.set_defaults(func=_train)
     p = sub.add_parser("tiny", help="build the tiny model + tokenizer and warm-start it")
     p.add_argument("--out", required=True, help="output directory (HF format)")
@@ -76,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--n", type=int, default=4, help="samples per problem (temperature 1.0)")
     p.add_argument("--greedy", action="store_true")
-    p.add_argument("--problems", type=int, default=200)
+    p.add_argument("--problems", type=int, default=121, help="held-out problems (121: all)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.set_defaults(func=_heldout)
     args = parser.parse_args(argv)

@@ -4,8 +4,9 @@
     python -m trainer heldout --model DIR --greedy
 
 "Held-out accuracy" in this project's reports is the sampled (temperature 1.0) mean
-accuracy over `n` samples per problem on `trainer.tasks.toy.problems("test", 200, seed=0)`,
-graded by the shared dapo scorer: the Mean@n that evaluation reports.
+accuracy over `n` samples per problem on the whole held-out pool,
+`trainer.tasks.toy.problems("test", 121, seed=0)`, graded by the shared dapo scorer: the
+Mean@n that evaluation reports.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ carries a two-role chat template: `eval.prompts.build_prompt(problem, "dapo", to
 then yields exactly the prompt that training and evaluation both use.
 
 The warm start is supervised fine-tuning on `trainer.tasks.toy` problems where a fraction
-`wrong_fraction` of targets use the systematic precedence mistake (`toy.wrong_solution`):
+`wrong_fraction` of targets end with the format slip (`toy.wrong_solution`, no answer line):
 the resulting policy solves some held-out problems and fails others in a way a verifiable
 reward can correct, which is what the RL loop is for.
 """
@@ -60,7 +60,7 @@ class TinyConfig(BaseModel):
     sft_batch_size: int = Field(32, ge=1)
     sft_lr: float = Field(3e-3, gt=0)
     wrong_fraction: float = Field(
-        0.5, ge=0.0, le=1.0, description="share of SFT targets using the precedence mistake"
+        0.5, ge=0.0, le=1.0, description="share of SFT targets ending with the format slip"
     )
 
 

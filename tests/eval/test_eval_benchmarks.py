@@ -49,7 +49,8 @@ def test_toy_benchmark():
     p = bench.problems[0]
     assert p["id"].startswith("toy-test-") and p["answer"].lstrip("-").isdigit()
     assert load_benchmark("toy").problems[:5] == bench.problems
-    assert len(load_benchmark("toy").problems) == 200
+    full = load_benchmark("toy").problems
+    assert len(full) == len({p["problem"] for p in full}) == 121  # the whole held-out pool, once
 
 
 def _write(path, text):

@@ -30,11 +30,11 @@ def test_toy_solutions_grade_with_the_shared_dapo_scorer():
     right = grade_many([toy.solution(p["problem"]) for p in probs],
                        [p["answer"] for p in probs], "dapo")
     assert all(r.correct for r in right)
-    # The precedence mistake is wrong unless c == 1 ((a+b)*1 == a+b*1).
+    # The format slip holds the right number but no answer line: never gradable.
     wrong = grade_many([toy.wrong_solution(p["problem"]) for p in probs],
                        [p["answer"] for p in probs], "dapo")
-    for p, r in zip(probs, wrong):
-        assert r.correct == p["problem"].endswith("* 1.")
+    assert all(not r.correct and r.status == "no_answer" for r in wrong)
+    assert all(p["answer"] in toy.wrong_solution(p["problem"]) for p in probs)
 
 
 def test_tokenizer_keeps_the_dapo_prompt_short_and_roundtrips():

@@ -8,9 +8,12 @@ purpose: a ~0.3M-parameter model must learn the arithmetic in a ~40 s warm start
 
 `solution(problem)` writes the worked response the tiny model is warm-started on: one
 intermediate line, then the DAPO answer line ("Answer: N"), so the shared `dapo` scorer
-grades it. `wrong_solution(problem)` is the systematic mistake (left-to-right evaluation,
-ignoring operator precedence) mixed into the warm-start data so the warm-started model is
-clearly imperfect and RL has something to fix.
+grades it. `wrong_solution(problem)` is the systematic slip mixed into the warm-start data:
+the same working, but a prose last line ("The result is N.") instead of the answer line, so
+the verifiable reward cannot extract it. Following the answer format is the habit RL most
+reliably fixes in practice; unlike an arithmetic mistake it is a policy-wide choice, so
+fixing it on training problems transfers to held-out ones (the tiny model's arithmetic
+itself barely generalizes: ~0.5 held-out vs ~0.9 training accuracy with all-correct data).
 
     python -c "from trainer.tasks.toy import problems; print(problems('test', 3))"
 """
@@ -35,6 +38,13 @@ def _pools() -> dict[str, list[tuple[int, int, int]]]:
 
 
 _POOLS = _pools()
+
+
+def pool_size(split: str) -> int:
+    """How many distinct problems `split` has (121 test, 284 train)."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not a toy split; choose one of {SPLITS}")
+    return len(_POOLS[split])
 
 
 def problems(split: str, n: int, seed: int = 0) -> list[dict]:
@@ -78,6 +88,6 @@ def solution(problem: str) -> str:
 
 
 def wrong_solution(problem: str) -> str:
-    """The systematic mistake: evaluate left to right, (a + b) * c."""
+    """The format slip: correct working, but no "Answer:" line for the scorer to find."""
     a, b, c = _parse(problem)
-    return f"{a} + {b} = {a + b}\n{a + b} * {c} = {(a + b) * c}\nAnswer: {(a + b) * c}"
+    return f"{b} * {c} = {b * c}\nThe result is {a + b * c}."
