@@ -133,6 +133,7 @@ def test_killed_training_job_resumes_on_rerun(finished):
     done_before = len(metrics.read_text().splitlines())
     assert done_before < steps
     assert not (metrics.parent / "DONE").exists()
+    smk(root, config, "--unlock")  # a hard kill leaves Snakemake's lock, as on a real node
     rerun = smk(root, config)
     assert (metrics.parent / "DONE").exists()
     log = (root / "results/killed/logs/train/rpg-reinforce-urkl_s0.log").read_text()
