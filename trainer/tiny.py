@@ -190,7 +190,14 @@ def build_tiny(out: str | Path, cfg: TinyConfig | None = None, *, progress: bool
     t0 = time.perf_counter()
     tokenizer = build_tokenizer(cfg)
     model = build_model(cfg, tokenizer)
-    losses = warm_start(model, tokenizer, cfg, progress=progress)
+    # One intra-op thread: CPU float reductions depend on the thread count, and Snakemake
+    # jobs run single-threaded, so this makes the model identical wherever it is built.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        losses = warm_start(model, tokenizer, cfg, progress=progress)
+    finally:
+        torch.set_num_threads(threads)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

@@ -34,6 +34,9 @@ SHIPPED = {
     ("config/default.yaml", "config/ablations/reference.yaml"): {
         "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/off-policy.yaml"): {
+        "tiny_model": 1, "run_config": 10, "train": 10, "evaluate": 80, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
         "tiny_model": 1, "run_config": 48, "train": 48, "evaluate": 384, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
