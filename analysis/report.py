@@ -36,6 +36,7 @@ from analysis.tables import (
     write_last_best_tables,
     write_paper_vs_ours,
 )
+from eval.files import write_atomic
 
 REFERENCE_RELPATH = Path("results/reference/reported_results.csv")
 RUN_SUMMARY_METRICS = ("time_step", "nonfinite_skips", "ref_updates")
@@ -270,9 +271,8 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
             md += ["PDF: " + ", ".join(f"[{p.stem}]({_rel(p, out)})" for p in pdfs) + ".", ""]
 
     report = out / "report.md"
-    tmp = report.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(md).rstrip() + "\n")
-    tmp.replace(report)  # atomic: report.md is the workflow's completion signal
+    # atomic: report.md is the workflow's completion signal
+    write_atomic(report, "\n".join(md).rstrip() + "\n")
     return report
 
 

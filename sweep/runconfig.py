@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from eval.files import write_atomic
+
 from .expand import Cell, reference_settings
 from .spec import SweepConfig, SweepError
 
@@ -82,11 +84,7 @@ def _method_names() -> set[str]:
 
 def write_run_config(path: str | Path, cfg: dict) -> None:
     """Write a run config as YAML (atomically: a half-written config never exists)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    tmp.replace(path)
+    write_atomic(Path(path), yaml.safe_dump(cfg, sort_keys=False))
 
 
 def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from algorithms import compute_advantages, compute_policy_loss, kl_reward_penalty
+from eval.files import write_atomic
 from eval.prompts import build_prompt
 from trainer.checkpoint import (
     Preempted,
@@ -424,9 +425,7 @@ def _write_config(out: Path, cfg: RunConfig, config_yaml: str) -> None:
             warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
                           "the new config wins (the saved state still sets weights, optimizer, "
                           "RNG and data position)", stacklevel=3)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(config_yaml)
-    tmp.replace(path)
+    write_atomic(path, config_yaml)
 
 
 def train(cfg: RunConfig) -> Path:
