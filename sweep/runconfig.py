@@ -7,10 +7,12 @@ bad base key fails at DAG build time with the file and key, before any job start
 
 from __future__ import annotations
 
+import copy
 import shlex
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
 
 from eval.files import write_atomic
 
@@ -20,13 +22,10 @@ from .spec import SweepConfig, SweepError
 TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
+def merged(base: dict, over: dict) -> dict:
+    """`over` deep-merged into a copy of `base`, exactly as Snakemake merges config files."""
+    out = copy.deepcopy(base)
+    update_config(out, over)
     return out
 
 
@@ -68,9 +67,9 @@ def run_config(sweep: SweepConfig, cell: Cell) -> dict:
             "experiment": sweep.experiment,
         },
     }
-    merged = _merge(base, cell_part)
+    resolved = merged(base, cell_part)
     try:
-        cfg = RunConfig.model_validate(merged)
+        cfg = RunConfig.model_validate(resolved)
     except ValueError as exc:
         raise SweepError(f"base config of sweep {sweep.name!r} (cell {cell.run_id}): {exc}") from None
     return cfg.model_dump(mode="json")

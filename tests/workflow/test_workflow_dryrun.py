@@ -7,7 +7,7 @@ import yaml
 from conftest import REPO, run_snakemake
 
 from sweep import expand, parse_sweep
-from sweep.runconfig import _merge, run_config
+from sweep.runconfig import merged, run_config
 from trainer.config import RunConfig
 
 # configfiles -> exact job counts per rule
@@ -65,7 +65,7 @@ def test_run_configs_resolve_to_the_cell(files):
     """What the trainer will run (its own RunConfig) is exactly the cell's method."""
     data = {}
     for f in files:
-        data = _merge(data, yaml.safe_load((REPO / f).read_text()))
+        data = merged(data, yaml.safe_load((REPO / f).read_text()))
     sweep = parse_sweep(data, "+".join(files))
     cells, _ = expand(sweep)
     for cell in cells:
