@@ -230,6 +230,13 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+
+def _marked_cells(wide, marks, lab, pm: str, *, best: str, second: str) -> list[str]:
+    """One row's cell texts with the best/second marks applied through format strings."""
+    formats = {"best": best, "second": second}
+    return [formats.get(marks[(lab, col)], "{}").format(wide.text(lab, col, pm))
+            for col in wide.columns]
+
 def render_markdown(tidy: pd.DataFrame) -> str:
     """A pipe table (bold `**x**`, underline `<ins>x</ins>`) preceded by its caption."""
     wide = WideTable.from_tidy(tidy)
@@ -242,17 +249,7 @@ def render_markdown(tidy: pd.DataFrame) -> str:
         "|" + "---|" + "---:|" * len(wide.columns),
     ]
     for lab in wide.labels:
-        cells = []
-        for col in wide.columns:
-            text = wide.text(lab, col, "±")
-            mark = marks[(lab, col)]
-            cells.append(
-                f"**{text}**"
-                if mark == "best"
-                else f"<ins>{text}</ins>"
-                if mark == "second"
-                else text
-            )
+        cells = _marked_cells(wide, marks, lab, "±", best="**{}**", second="<ins>{}</ins>")
         lines.append("| " + " | ".join([_md_escape(lab), *cells]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -302,17 +299,8 @@ def render_latex(tidy: pd.DataFrame, label: str) -> str:
         "\\midrule",
     ]
     for lab in wide.labels:
-        cells = []
-        for col in wide.columns:
-            text = wide.text(lab, col, "$\\pm$")
-            mark = marks[(lab, col)]
-            cells.append(
-                f"\\textbf{{{text}}}"
-                if mark == "best"
-                else f"\\underline{{{text}}}"
-                if mark == "second"
-                else text
-            )
+        cells = _marked_cells(wide, marks, lab, "$\\pm$", best="\\textbf{{{}}}",
+                              second="\\underline{{{}}}")
         lines.append(" & ".join([tex_escape(lab), *cells]) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
     return "\n".join(lines) + "\n"
