@@ -150,8 +150,3 @@ class LossConfig(BaseModel):
             raise bad("clip", self.clip, "sequence-level ratios are the exact, unclipped "
                       "estimator; set clip=null or ratio_level='token'")
         return self
-
-    @property
-    def has_loss_kl(self) -> bool:
-        """True when the loss itself holds a KL term (exact or penalty)."""
-        return self.kl_placement in ("exact", "loss")

@@ -14,9 +14,10 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
+from algorithms import METHODS
 from eval.files import write_atomic
 
-from .expand import Cell, reference_settings
+from .expand import LOSS_AXES, Cell, reference_settings
 from .spec import SweepConfig, SweepError
 
 TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
@@ -41,18 +42,14 @@ def run_config(sweep: SweepConfig, cell: Cell) -> dict:
     model = dict(base.get("model", {}))
     if model.get("path", TINY) == TINY:
         model["path"] = str(sweep.out_dir / "model")
-    loss_overrides = {k: v for k, v in cell.axes.items() if k not in ("reference",)}
-    if "clip" in loss_overrides and loss_overrides["clip"] is not None:
-        loss_overrides["clip"] = dict(loss_overrides["clip"])
-    method = {"name": cell.base_method if cell.base_method in _method_names() else None}
-    if method["name"] is None:  # renamed RPG cell: spell the loss out
+    if cell.base_method in METHODS:
+        # divergence and form are already spelled by the (possibly renamed) method
+        loss = {k: v for k, v in cell.axes.items() if k in LOSS_AXES and k not in ("divergence", "form")}
+        method = {"name": cell.base_method, **({"loss": loss} if loss else {})}
+    else:  # a renamed cell with no registered name: spell the loss out
         method = {"name": None, "loss": cell.method.loss.model_dump(),
                   "advantage": cell.method.advantage}
-    elif loss_overrides:
-        method["loss"] = {k: v for k, v in loss_overrides.items()
-                          if k not in ("divergence", "form")}
-    reference = {"schedule": cell.method.reference, **(reference_settings(cell) or {})}
-    method["reference"] = reference
+    method["reference"] = {"schedule": cell.method.reference, **(reference_settings(cell) or {})}
     cell_part = {
         "run_id": cell.run_id,
         "label": cell.label,
@@ -73,12 +70,6 @@ def run_config(sweep: SweepConfig, cell: Cell) -> dict:
     except ValueError as exc:
         raise SweepError(f"base config of sweep {sweep.name!r} (cell {cell.run_id}): {exc}") from None
     return cfg.model_dump(mode="json")
-
-
-def _method_names() -> set[str]:
-    from algorithms import METHODS
-
-    return set(METHODS)
 
 
 def write_run_config(path: str | Path, cfg: dict) -> None:
