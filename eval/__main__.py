@@ -19,6 +19,7 @@ import sys
 from pydantic import ValidationError
 
 from eval.benchmarks import BENCHMARKS
+from eval.files import read_run_id
 from eval.grading import DEFAULT_TIMEOUT_S, SCORERS
 from eval.prompts import TEMPLATES
 
@@ -29,15 +30,6 @@ def _csv(text: str) -> tuple[str, ...]:
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in _csv(text))
-
-
-def _read_run_id(path: str) -> str | None:
-    """The MLflow run id a training job recorded, or None (tracking off or failed)."""
-    try:
-        text = open(path).read().strip()
-    except OSError:
-        return None
-    return text or None
 
 
 def eval_parser() -> argparse.ArgumentParser:
@@ -106,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     options = vars(args)
     id_file = options.pop("mlflow_run_id_file")
     if id_file and not options["mlflow_run_id"]:
-        options["mlflow_run_id"] = _read_run_id(id_file)
+        options["mlflow_run_id"] = read_run_id(id_file)
     try:
         prepared = prepare(EvalConfig(**options))
     except ValidationError as err:

@@ -1,4 +1,5 @@
-"""Atomic file writes: a crash never leaves a half-written summary or sample file."""
+"""Small file helpers: atomic writes (a crash never leaves a half-written file) and the
+run-id files the workflow passes between jobs."""
 
 from __future__ import annotations
 
@@ -20,3 +21,13 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_run_id(path: str | Path | None) -> str | None:
+    """An MLflow run id recorded in `path`; None when there is no path, file or id."""
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None

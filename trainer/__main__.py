@@ -15,16 +15,6 @@ import argparse
 import sys
 
 
-def _read_parent(path: str | None) -> str | None:
-    """The sweep's MLflow parent run id (written by the workflow), if there is one."""
-    if not path:
-        return None
-    try:
-        return open(path).read().strip() or None
-    except OSError:
-        return None
-
-
 def _train(args) -> int:
     from trainer.config import load_run_config
     from trainer.loop import train
@@ -34,7 +24,9 @@ def _train(args) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    parent = _read_parent(args.parent_run_id_file)
+    from eval.files import read_run_id
+
+    parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent
     out = train(cfg)
