@@ -6,7 +6,7 @@ sha256 hashes the loaded problems (canonical JSON), so two evaluations on the sa
 questions carry the same hash whatever the file format.
 
     from eval.benchmarks import load_benchmark
-    bench = load_benchmark("aime24", path="../shared/data/benchmarks/aime24.jsonl", limit=5)
+    bench = load_benchmark("aime24", path="data/benchmarks/aime24.jsonl", limit=5)
 
 A local file is JSONL or parquet with ``problem`` and ``answer`` columns (``id`` optional:
 "<name>-<index>" is generated). Without a path the hub source is used (``datasets``,

@@ -3,7 +3,7 @@
 Runs in its own virtual environment (lighteval pins latex2sympy2_extended and vllm versions
 that conflict with math-verify in the main one); see the README section "lighteval
 cross-check". Problems, answers and prompt templates are the ones `python -m eval` uses:
-the JSONL files in RPG_BENCHMARK_DIR (default: ../shared/data/benchmarks beside the repo)
+the JSONL files in RPG_BENCHMARK_DIR (default: the data/benchmarks/ folder the repository ships)
 and eval/prompts.py (imported by path; it has no dependencies).
 
     lighteval accelerate "model_name=CKPT,dtype=float32" "aime24_local|0" \\
@@ -26,7 +26,7 @@ from lighteval.tasks.requests import Doc
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_DIR = Path(
-    os.environ.get("RPG_BENCHMARK_DIR", REPO / ".." / "shared" / "data" / "benchmarks")
+    os.environ.get("RPG_BENCHMARK_DIR", REPO / "data" / "benchmarks")
 ).resolve()
 TEMPLATE = os.environ.get("RPG_TEMPLATE", "dapo")
 N = int(os.environ.get("RPG_N", "32"))

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import yaml
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-REFERENCE_CSV = SHARED / "data" / "paper" / "reported_results.csv"
+REFERENCE_CSV = Path(__file__).resolve().parents[2] / "results" / "reference" / "reported_results.csv"
 
 EVALS = {
     "urkl_s0": {"aime24": {10: 0.50, 20: 0.40}, "amc23": {10: 0.70, 20: 0.80}},

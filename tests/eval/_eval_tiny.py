@@ -16,8 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from eval.prompts import TEMPLATES
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-BENCHMARK_DIR = SHARED / "data" / "benchmarks"
+BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
 SPECIALS = ["<pad>", "<s>", "</s>"]
 # A minimal chat template, so the chat-formatting path of build_prompt is exercised.
 CHAT_TEMPLATE = (

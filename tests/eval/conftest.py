@@ -11,7 +11,7 @@ from _eval_tiny import BENCHMARK_DIR, build_tiny_checkpoint
 @pytest.fixture(scope="session")
 def benchmark_dir() -> Path:
     if not BENCHMARK_DIR.is_dir():
-        pytest.fail(f"shared benchmark data not found at {BENCHMARK_DIR.resolve()}")
+        pytest.fail(f"bundled benchmark data not found at {BENCHMARK_DIR.resolve()}")
     return BENCHMARK_DIR
 
 

@@ -9,7 +9,6 @@ import pytest
 from trainer.config import parse_run_config
 from trainer.tiny import TinyConfig, build_tiny
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 # Small but real: a 1-layer Llama, 40 SFT steps (a few seconds). Accuracy is not the point
 # of these tests; shapes, determinism, resume and fault handling are.
 TEST_TINY = TinyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,

@@ -18,7 +18,7 @@ from trainer.checkpoint import PREEMPTED_EXIT_CODE
 from trainer.loop import NonFiniteError, overlong_penalty, train
 from trainer.tasks.math import load_math_problems
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
 
 CANONICAL = {
     "step", "reward_mean", "reward_std", "acc_mean", "response_length_mean",
@@ -166,7 +166,7 @@ def test_math_task_from_local_files(make_cfg, tmp_path):
                                 "reward_model": {"ground_truth": "5"}}) + "\n")
     problems = load_math_problems(str(dapo))
     assert problems == [{"id": "math-000000", "problem": "What is 2+3?", "answer": "5"}]
-    aime = SHARED / "data" / "benchmarks" / "aime24.jsonl"
+    aime = BENCHMARK_DIR / "aime24.jsonl"
     assert len(load_math_problems(str(aime), limit=5)) == 5
     with pytest.raises(FileNotFoundError):
         load_math_problems(str(tmp_path / "missing.jsonl"))

@@ -4,7 +4,7 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
+from workflow_helpers import REPO, run_snakemake
 
 from sweep import expand, parse_sweep
 from sweep.runconfig import merged, run_config

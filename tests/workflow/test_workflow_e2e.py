@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SHARED, run_snakemake, snakemake_exe
+from workflow_helpers import BENCHMARK_DIR, REPO, run_snakemake, snakemake_exe
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def micro_sweep(root: Path, name: str, methods: list[str], steps: int = STEPS,
             "n": 2,
             "max_new_tokens": 24,
             "limit": {"toy": 8, "aime24": 2},
-            "files": {"aime24": str(SHARED / "data/benchmarks/aime24.jsonl")},
+            "files": {"aime24": str(BENCHMARK_DIR / "aime24.jsonl")},
         },
     }
     path = root / f"{name}.yaml"
