@@ -1,17 +1,22 @@
 """Importance-weight clipping regions shared by PPO clip, Algorithm 1 and Algorithm 2.
 
-With w = pi / pi_old on a token and A its advantage, a token is *clipped* (its gradient
-through the clipped term is zero) in exactly one of three regions:
+With w = pi / pi_old on a token and s the *branch score* (the advantage A for PPO and for
+Algorithm 1; the token's whole stop-gradient weight w * A' = w * A + C_KL for Algorithm 2,
+paper App. G, whose sign is the sign of the effective advantage A' = A + C_KL / w), a
+token is *clipped* (its gradient through the clipped term is zero) in exactly one region:
 
-    upper: A > 0  and w >= 1 + eps_high   (PPO's upper bound; DAPO's clip-higher)
-    lower: A <= 0 and w <  1 - eps_low    (PPO's lower bound)
-    dual:  A <= 0 and w >= c              (dual clip, Ye et al. 2020)
+    upper: s > 0 and w >= 1 + eps_high      (PPO's upper bound; DAPO's clip-higher)
+    lower: s < 0 and w <  1 - eps_low       (Algorithm 2: w <= 1 - eps_low)
+    dual:  s < 0 and w >= c                 (dual clip, Ye et al. 2020)
 
-Algorithm 1 (differentiable surrogate) replaces -A*w by the constant -A*bound there and
-keeps the KL term; Algorithm 2 (RPG-Style Clip, REINFORCE surrogate) drops the whole token's
-stop-gradient weight there. Outside the regions the gradient flows unchanged, so inside the
-trust region both remain the exact RPG gradient. The boundaries (>= / <) follow the paper's
-released implementation; A = 0 takes the non-positive branch there too.
+A token with s = 0 is in no region: its gradient through the clipped term is zero whatever
+the clip does, so it is neither clipped nor counted as clipped (the clip-fraction metrics
+count only tokens whose gradient the clip changes). Algorithm 1 (differentiable surrogate)
+replaces -A*w by the constant -A*bound in a region and keeps the KL term; Algorithm 2
+(RPG-Style Clip, REINFORCE surrogate) stops the whole token's gradient there. Outside the
+regions the gradient flows unchanged, so inside the trust region both remain the exact RPG
+gradient. Algorithm 1's boundaries follow verl's dual-clip PPO; Algorithm 2's follow the
+paper's Algorithm 2 (`w <= 1 - eps_low` stops the gradient).
 """
 
 from __future__ import annotations
@@ -35,20 +40,38 @@ class ClipRegions(NamedTuple):
         """Tokens whose gradient flows (inside the trust region)."""
         return ~(self.upper | self.lower | self.dual)
 
+    def bound(self, clip: ClipConfig, like: torch.Tensor) -> torch.Tensor:
+        """The weight each clipped token is held at (1 + eps_high, 1 - eps_low or c), shaped
+        and typed like `like`; 0 inside the trust region."""
+        def full(v: float) -> torch.Tensor:
+            return torch.full_like(like, v)
 
-def clip_regions(w: torch.Tensor, adv: torch.Tensor, clip: ClipConfig | None) -> ClipRegions:
-    """Which tokens each bound clips. w, adv: broadcastable [B, T]; no grad needed."""
-    w, adv = torch.broadcast_tensors(w.detach(), adv.detach())
+        return torch.where(self.upper, full(1.0 + clip.eps_high), torch.where(
+            self.lower, full(1.0 - clip.eps_low),
+            torch.where(self.dual, full(clip.dual_c or 0.0), full(0.0))))
+
+
+def clip_regions(
+    w: torch.Tensor, score: torch.Tensor, clip: ClipConfig | None, *,
+    lower_inclusive: bool = False,
+) -> ClipRegions:
+    """Which tokens each bound clips. w, score: broadcastable [B, T]; no grad needed.
+
+    score: the quantity whose sign picks the branch (A, or Algorithm 2's w * A').
+    lower_inclusive: clip the lower branch at w == 1 - eps_low too (Algorithm 2).
+    """
+    w, score = torch.broadcast_tensors(w.detach(), score.detach())
     if clip is None:
         none = torch.zeros_like(w, dtype=torch.bool)
         return ClipRegions(none, none, none)
-    positive = adv > 0
+    positive, negative = score > 0, score < 0
+    low = 1.0 - clip.eps_low
     upper = positive & (w >= 1.0 + clip.eps_high)
-    lower = ~positive & (w < 1.0 - clip.eps_low)
+    lower = negative & ((w <= low) if lower_inclusive else (w < low))
     if clip.dual_c is None:
         dual = torch.zeros_like(upper)
     else:
-        dual = ~positive & (w >= clip.dual_c)
+        dual = negative & (w >= clip.dual_c)
     return ClipRegions(upper, lower, dual)
 
 
@@ -62,10 +85,4 @@ def clipped_pg_term(
     """
     if clip is None:
         return -adv * w
-    bound = torch.where(
-        regions.upper,
-        torch.full_like(w, 1.0 + clip.eps_high),
-        torch.where(regions.lower, torch.full_like(w, 1.0 - clip.eps_low),
-                    torch.full_like(w, clip.dual_c or 0.0)),
-    )
-    return torch.where(regions.active, -adv * w, -adv * bound)
+    return torch.where(regions.active, -adv * w, -adv * regions.bound(clip, w))

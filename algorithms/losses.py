@@ -92,19 +92,28 @@ class Terms(NamedTuple):
 
 def _rpg_terms(cfg, logp, logw, logq, adv) -> Terms:
     w = logw.exp()
-    regions = clip_regions(w, adv, cfg.clip)
     surrogate = RPG_KL_SURROGATES[cfg.divergence]
     if cfg.form == "differentiable":
-        # Algorithm 1: dual-clip the reward term, keep the exact KL term everywhere.
+        # Algorithm 1: dual-clip the reward term (branch on A), keep the exact KL term.
+        regions = clip_regions(w, adv, cfg.clip)
         pg = clipped_pg_term(w, adv, regions, cfg.clip)
         kl = cfg.beta * surrogate(logw, logq)
-    else:
-        # Algorithm 2 (RPG-Style Clip): the token's whole stop-gradient weight is dropped
-        # in the clipped regions; inside, it is the exact RPG coefficient.
-        keep = regions.active.to(logp.dtype)
-        pg = -(w * adv).detach() * logp * keep
-        kl = -cfg.beta * stop_gradient_coefficient(surrogate, logw, logq) * logp * keep
-    return Terms(pg, kl, regions, w)
+        return Terms(pg, kl, regions, w)
+    # Algorithm 2 (RPG-Style Clip): the exact RPG coefficient c = w A + C_KL inside the trust
+    # region; the branch follows the sign of c, i.e. of the effective advantage
+    # A' = A + C_KL / w. In a clipped region the gradient stops and the loss keeps the
+    # paper's constant value SG(bound * A') * l, with l = -logp (App. G; Figure 3).
+    pg_coef = (w * adv).detach()
+    kl_coef = cfg.beta * stop_gradient_coefficient(surrogate, logw, logq)
+    regions = clip_regions(w, pg_coef + kl_coef, cfg.clip, lower_inclusive=True)
+    active = regions.active
+    pg_coef, kl_coef = torch.broadcast_tensors(pg_coef, kl_coef)
+    if cfg.clip is not None:
+        held = regions.bound(cfg.clip, pg_coef) / w.detach()  # bound / w: rescales w A' to bound A'
+        pg_coef = torch.where(active, pg_coef, pg_coef * held)
+        kl_coef = torch.where(active, kl_coef, kl_coef * held)
+    lp = torch.where(active, logp, logp.detach())
+    return Terms(-pg_coef * lp, -kl_coef * lp, regions, w)
 
 
 def _penalty(cfg, logp, logw, logq) -> torch.Tensor:
