@@ -4,8 +4,12 @@
     dr_grpo                same as group_mean: Dr. GRPO drops GRPO's std division
     group_zscore           (R - mean_group(R)) / (std_group(R) + eps)        (GRPO)
     batch_mean             R - mean_batch(R)
-    reinforce_pp           token returns whitened over the batch       (REINFORCE++)
-    reinforce_pp_baseline  R - mean_group(R), then returns whitened over the batch
+    reinforce_pp           returns whitened over all response tokens   (REINFORCE++)
+    reinforce_pp_baseline  R - mean_group(R), whitened over all response tokens
+
+The whitening estimators follow the released verl code (and OpenRLHF): the score is
+broadcast over the response tokens and whitened over every token of the batch, so a long
+response weighs more in the mean and variance than a short one.
 
 With a KL placed in the reward, `token_penalty` [B, T] turns each sequence reward into
 token returns G_t = R - sum_{s >= t} penalty_s (undiscounted reward-to-go), and the
@@ -20,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 EPS = 1e-6
+WHITEN_EPS = 1e-8  # verl's masked_whiten
 
 
 def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
@@ -63,13 +68,19 @@ def _centered(baseline_of: Callable, scale: bool = False):
 
 
 def _whiten(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Zero-mean, unit-variance over the batch (over masked tokens for [B, T])."""
-    if values.dim() == 1:
-        return (values - values.mean()) / (values.std(unbiased=False) + EPS)
+    """Zero mean, unit variance over the batch, as verl's `masked_whiten`: over the masked
+    response tokens when a mask is given (each sequence weighs its length; a [B] input is
+    first broadcast over its tokens), else over sequences. Unbiased variance,
+    (x - mean) / sqrt(var + 1e-8)."""
+    if mask is None:
+        return (values - values.mean()) / (values.var() + WHITEN_EPS).sqrt()
     m = mask.to(values.dtype)
-    mean = (values * m).sum() / m.sum().clamp_min(1.0)
-    var = (((values - mean) * m) ** 2).sum() / m.sum().clamp_min(1.0)
-    return (values - mean) / (var.sqrt() + EPS) * m
+    if values.dim() == 1:
+        values = values[:, None] * m  # (B, T) the sequence score on each response token
+    count = m.sum()
+    mean = (values * m).sum() / count.clamp_min(1.0)
+    var = (((values - mean) * m) ** 2).sum() / (count - 1).clamp_min(1.0)
+    return (values - mean) * (var + WHITEN_EPS).rsqrt() * m
 
 
 def _reinforce_pp(rewards, group_ids, returns, mask):
@@ -78,8 +89,7 @@ def _reinforce_pp(rewards, group_ids, returns, mask):
 
 def _reinforce_pp_baseline(rewards, group_ids, returns, mask):
     mean, _ = _group_stats(rewards, group_ids)
-    centered = returns - (mean[:, None] if returns.dim() == 2 else mean)
-    return _whiten(centered if returns.dim() == 1 else centered * mask, mask)
+    return _whiten(returns - (mean[:, None] if returns.dim() == 2 else mean), mask)
 
 
 def _batch(rewards, group_ids):

@@ -1,11 +1,14 @@
 """Named methods of the RPG study: each a `LossConfig` plus the pieces around the loss.
 
-Hyperparameters follow the paper's experimental setup (Sec. 5 and the released verl
-scripts): clip range (eps_low, eps_high) = (0.2, 0.28) for every clipped method, dual-clip
-c = 3.0 (the scripts' `clip_ratio_c`), KL coefficient beta = 1e-4, token-mean aggregation,
-reference = the rollout policy for RPG (the iterative reference update of Sec. 4; no
-reference model is held) and the initial policy for the GRPO-family baselines.
-Ablations change fields with `LossConfig.model_copy(update=...)`; see `with_overrides`.
+Hyperparameters follow the paper where it is explicit and the authors' released verl recipe
+(`recipe/rpg/7b/*.sh`) where it is silent; docs/paper-settings.md records each one's
+provenance. Clip range (eps_low, eps_high) = (0.2, 0.28) and dual clip c = 10 (every
+script's `clip_ratio_c=10.0`); GRPO's script clips at (0.2, 0.2). KL coefficient
+beta = 1e-4, token-mean aggregation. Reference = the rollout policy (the iterative
+reference update of Sec. 4, `use_iterative_ref_model=True`: no reference model is held) for
+RPG and REINFORCE++, the initial policy for GRPO. Dynamic sampling on accuracy and the
+overlong penalty are on for every method whose script enables them (DAPO, RPG,
+REINFORCE++), off for GRPO. Ablations change fields with `with_overrides`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from .config import ClipConfig, LossConfig
 
 REFERENCE_SCHEDULES = ("rollout", "fixed", "every_k", "kl_target")
 
-PAPER_CLIP = ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=3.0)  # Sec. 5; scripts' c = 3
+PAPER_CLIP = ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=10.0)  # Sec. 5; scripts' c = 10
+GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2, dual_c=10.0)  # run_grpo_7b.sh (App. H: 0.1)
 PAPER_BETA = 1e-4  # Sec. 5: KL coefficient for every KL-regularized run
 
 
@@ -30,7 +34,7 @@ class Method(BaseModel):
     loss: LossConfig
     advantage: str  # key of algorithms.advantages.ADVANTAGE_ESTIMATORS
     reference: str = "rollout"  # default reference schedule (trainer.reference)
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal
+    dynamic_sampling: bool = False  # DAPO: drop groups that are all correct or all wrong
     overlong_shaping: bool = False  # DAPO: soft length penalty before max length
     source: str = ""  # where the settings come from
 
@@ -55,29 +59,35 @@ def _rpg(div: str, form: str) -> LossConfig:
                       beta=PAPER_BETA, agg="token-mean")
 
 
-def _ppo(**kl) -> LossConfig:
-    return LossConfig(objective="ppo", clip=PAPER_CLIP, agg="token-mean", **kl)
+def _ppo(clip: ClipConfig = PAPER_CLIP, **kl) -> LossConfig:
+    return LossConfig(objective="ppo", clip=clip, agg="token-mean", **kl)
 
 
 _GRPO_KL = {"estimator": "k3", "kl_placement": "loss", "beta": PAPER_BETA}
+_DAPO_SAMPLING = {"dynamic_sampling": True, "overlong_shaping": True}
 
 _METHODS = [
-    Method(name="GRPO", loss=_ppo(**_GRPO_KL), advantage="group_zscore", reference="fixed",
-           source="Shao et al. 2024; paper Table 3 baseline (k3 in loss, no importance weight)"),
+    Method(name="GRPO", loss=_ppo(GRPO_CLIP, **_GRPO_KL), advantage="group_zscore",
+           reference="fixed",
+           source="Shao et al. 2024; paper Table 3 baseline (k3 in loss, no importance "
+                  "weight); clip (0.2, 0.2), no dynamic sampling: run_grpo_7b.sh"),
     Method(name="GRPO-ISKL",
-           loss=_ppo(**_GRPO_KL, kl_importance_weight="differentiable"),
+           loss=_ppo(GRPO_CLIP, **_GRPO_KL, kl_importance_weight="differentiable"),
            advantage="group_zscore", reference="fixed",
            source="paper Sec. 2.2: GRPO's k3 term weighted by pi/pi_old (exact reverse KL)"),
     Method(name="DAPO", loss=_ppo(), advantage="group_zscore", reference="rollout",
-           dynamic_sampling=True, overlong_shaping=True,
+           **_DAPO_SAMPLING,
            source="Yu et al. 2025; paper Table 3 baseline (clip-higher 0.2/0.28, no KL)"),
     Method(name="REINFORCE++",
-           loss=_ppo(estimator="k1", kl_placement="reward", beta=PAPER_BETA),
-           advantage="reinforce_pp", reference="fixed",
-           source="Hu 2025 (k1 KL in the reward, batch-whitened returns); paper Table 5"),
-    Method(name="REINFORCE++-Baseline", loss=_ppo(**_GRPO_KL),
-           advantage="reinforce_pp_baseline", reference="fixed",
-           source="Hu 2025 (group-mean baseline, k3 KL in the loss); paper Table 5"),
+           loss=_ppo(estimator="k1", kl_placement="loss", beta=PAPER_BETA),
+           advantage="reinforce_pp", reference="rollout", **_DAPO_SAMPLING,
+           source="Hu 2025, as run_rfpp_7b_1e-4.sh runs it: k1 ('kl') in the loss against "
+                  "the iterative reference, returns whitened over tokens; paper Table 5"),
+    Method(name="REINFORCE++-Baseline",
+           loss=_ppo(estimator="k1", kl_placement="loss", beta=PAPER_BETA),
+           advantage="reinforce_pp_baseline", reference="rollout", **_DAPO_SAMPLING,
+           source="Hu 2025, as run_rfppb_7b_1e-4.sh runs it: group-mean baseline, whitened "
+                  "over tokens, k1 in the loss; paper Table 5"),
     Method(name="Dr.GRPO",
            loss=LossConfig(objective="ppo", clip=PAPER_CLIP, agg="seq-mean-token-sum-norm"),
            advantage="dr_grpo", reference="rollout",
@@ -86,13 +96,15 @@ _METHODS = [
 for _div in ("fkl", "rkl", "ufkl", "urkl"):
     _METHODS.append(Method(
         name=f"RPG-{_div.upper()}", loss=_rpg(_div, "differentiable"), advantage="group_mean",
-        source="paper Table 1 surrogate + Algorithm 1 dual clip; Table 3",
+        **_DAPO_SAMPLING,
+        source="paper Table 1 surrogate + Algorithm 1 dual clip; Table 3; DAPO sampling (Sec. 5)",
     ))
 for _div in ("fkl", "rkl", "ufkl", "urkl"):
     _METHODS.append(Method(
         name=f"RPG-REINFORCE-{_div.upper()}", loss=_rpg(_div, "reinforce"),
-        advantage="group_mean",
-        source="paper Table 2 REINFORCE surrogate + Algorithm 2 RPG-Style Clip; Table 3",
+        advantage="group_mean", **_DAPO_SAMPLING,
+        source="paper Table 2 REINFORCE surrogate + Algorithm 2 RPG-Style Clip; Table 3; "
+               "DAPO sampling (Sec. 5)",
     ))
 
 METHODS: dict[str, Method] = {m.name: m for m in _METHODS}

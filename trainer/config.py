@@ -67,10 +67,17 @@ class RolloutConfig(_Section):
     engine: Literal["hf", "vllm"] = "hf"
     n: int = Field(8, ge=1, description="responses per prompt (group size)")
     prompts_per_step: int = Field(8, ge=1, description="groups in one training batch")
+    gen_prompts_per_round: int | None = Field(
+        None, ge=1, description="prompts generated per dynamic-sampling round (null = "
+        "prompts_per_step; the released recipe: 3 x the training batch)")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(32, ge=1)
-    dynamic_sampling: bool | None = Field(None, description="drop all-equal groups and refill")
+    dynamic_sampling: bool | None = Field(
+        None, description="drop groups with no learning signal (see filter_metric) and refill")
+    filter_metric: Literal["acc", "score"] = Field(
+        "acc", description="dynamic sampling keeps a group when 0 < #correct < n (acc, DAPO "
+        "and the recipe) or when its shaped rewards differ (score)")
     max_gen_batches: int = Field(3, ge=1, description="dynamic sampling: generation rounds cap")
     overlong_shaping: bool | None = Field(None, description="DAPO soft overlong penalty")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
@@ -111,7 +118,9 @@ class OptimConfig(_Section):
 
     steps: int = Field(100, ge=1, description="RL steps (one rollout batch each)")
     lr: float = Field(2e-4, gt=0, description="tiny default; the paper uses 1e-6 at 4B-8B")
-    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warmup")
+    warmup_rl_steps: int = Field(
+        0, ge=0, description="linear LR warm-up, counted in RL steps (rollout batches), not "
+        "optimizer updates: the scheduler steps once per RL step, as verl's does")
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm (null = off)")

@@ -51,7 +51,7 @@ from trainer.tracking import Tracker
 LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "is_weight_mean", "is_weight_max",
                 "clip_frac_upper", "clip_frac_lower", "clip_frac_dual", "kl_ref_k1", "kl_ref_k3",
                 "kl_behav_k1", "kl_behav_k3")
-TIME_METRICS = ("time_rollout", "time_logprob", "time_update", "time_step", "tokens_per_sec")
+MAX_METRICS = ("is_weight_max",)  # reported as the maximum over every update of the step
 
 
 class NonFiniteError(RuntimeError):
@@ -121,6 +121,17 @@ def overlong_penalty(length: int, max_new_tokens: int, buffer: int, penalty: flo
     return -penalty * min(1.0, (length - start) / buffer) if length > start else 0.0
 
 
+def has_signal(rewards: list[float], correct: list[bool], metric: str) -> bool:
+    """Dynamic sampling's filter: keep a group only if it can teach something.
+
+    acc (DAPO, the recipe's `filter_groups.metric=acc`): 0 < #correct < n, so an all-wrong
+    group is dropped even when the overlong penalty makes its rewards differ. score: the
+    shaped rewards are not all equal."""
+    if metric == "acc":
+        return 0 < sum(correct) < len(correct)
+    return max(rewards) != min(rewards)
+
+
 @dataclass
 class Rollout:
     """One step's training batch (kept groups) plus stats over everything generated."""
@@ -131,8 +142,14 @@ class Rollout:
     stats: dict = field(default_factory=dict)
 
 
-def _warmup_then_constant(warmup_steps: int):
-    return lambda i: min(1.0, (i + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+def learning_rate(optim, step: int) -> float:
+    """The LR of RL step `step` (1-based): linear warm-up over `optim.warmup_rl_steps` RL
+    steps, then constant. Counted in RL steps, as verl steps its scheduler once per training
+    step; unlike verl's schedule, step 1 gets lr / warmup instead of 0 (no wasted step).
+    A function of the step alone, so a resumed run needs no scheduler state."""
+    if optim.warmup_rl_steps <= 0:
+        return optim.lr
+    return optim.lr * min(1.0, step / optim.warmup_rl_steps)
 
 
 # ---------------------------------------------------------------------------- the trainer
@@ -165,8 +182,6 @@ class Trainer:
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=o.betas,
                                            weight_decay=o.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _warmup_then_constant(o.warmup_steps))
         self.step = 0
         self.nonfinite_skips = 0
         self.nonfinite_in_row = 0
@@ -185,7 +200,6 @@ class Trainer:
             return
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.reference.load_state_dict(state["reference"])
         self.step = state["step"]
@@ -193,16 +207,16 @@ class Trainer:
         self.nonfinite_in_row = state["nonfinite_in_row"]
         last = state.get("last_checkpoint")
         self.last_checkpoint = Path(last) if last else None
-        # Checkpoint wins for: weights, optimizer, scheduler, RNG, data position, reference,
+        # Checkpoint wins for: weights, optimizer, RNG, data position, reference,
         # counters. The config wins for everything else (steps, checkpoints, tracking, ...).
-        print(f"[trainer] resuming {self.out} at step {self.step}: weights, optimizer, LR "
-              "schedule, RNG, data position and reference from the state; all settings from "
+        print(f"[trainer] resuming {self.out} at step {self.step}: weights, optimizer, "
+              "RNG, data position and reference from the state; all settings from "
               "the config")
 
     def state_payload(self) -> dict:
         return {
             "step": self.step, "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
             "sampler": self.sampler.state_dict(), "reference": self.reference.state_dict(),
             "nonfinite_skips": self.nonfinite_skips, "nonfinite_in_row": self.nonfinite_in_row,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
@@ -217,8 +231,9 @@ class Trainer:
         kept: list[tuple[list[int], list, list[float]]] = []  # per group
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
+        per_round = r.gen_prompts_per_round or r.prompts_per_step
         while True:
-            idx = self.sampler.take(r.prompts_per_step)
+            idx = self.sampler.take(per_round)
             problems = [self.problems[i] for i in idx]
             texts = [build_prompt(p["problem"], t.template, self.tokenizer) for p in problems]
             samples = self.engine.generate(
@@ -236,8 +251,9 @@ class Trainer:
             lengths += [len(s.token_ids) for s in flat]
             truncated += [s.finish_reason == "length" for s in flat]
             for g, text in enumerate(texts):
-                group_rewards = rewards[g * r.n : (g + 1) * r.n]
-                if dynamic and max(group_rewards) == min(group_rewards):
+                group = slice(g * r.n, (g + 1) * r.n)
+                group_rewards = rewards[group]
+                if dynamic and not has_signal(group_rewards, correct[group], r.filter_metric):
                     dropped += 1
                     continue
                 prompt_ids = self.tokenizer(text, add_special_tokens=self.add_special)["input_ids"]
@@ -325,7 +341,10 @@ class Trainer:
                     (loss * w).backward()
                     total_loss = total_loss + loss.detach() * w
                     for k in LOSS_METRICS:
-                        sums[k] = sums.get(k, 0.0) + metrics[k].detach() * w
+                        if k in MAX_METRICS:
+                            sums[k] = torch.maximum(sums.get(k, metrics[k]), metrics[k])
+                        else:
+                            sums[k] = sums.get(k, 0.0) + metrics[k].detach() * w
                 clip = o.grad_clip if o.grad_clip is not None else float("inf")
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
                 # One host sync per optimizer step: needed to decide whether to skip it.
@@ -335,7 +354,7 @@ class Trainer:
                     self.optimizer.step()
                     self.nonfinite_in_row = 0
                     grad_norms.append(grad_norm.item())
-                    self.reference.after_optimizer_step(self.model)
+                    self.reference.after_optimizer_step()
                 else:
                     self.optimizer.zero_grad(set_to_none=True)
                     self.nonfinite_skips += 1
@@ -346,14 +365,15 @@ class Trainer:
                             f"gradients in a row (optim.max_nonfinite_in_row="
                             f"{o.max_nonfinite_in_row}); last good checkpoint: "
                             f"{self.last_checkpoint or 'none (no checkpoint saved yet)'}")
-                self.scheduler.step()
-        out = {k: (v / n_mini).item() for k, v in sums.items()}
+        out = {k: (v if k in MAX_METRICS else v / n_mini).item() for k, v in sums.items()}
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else None
         return out
 
     def run_step(self) -> dict:
         self.step += 1
         t0 = time.perf_counter()
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.cfg.optim, self.step)
 
         # -- rollout + reward (dynamic sampling refills inside)
         rollout = self.collect()
@@ -392,7 +412,7 @@ class Trainer:
         t_step = time.perf_counter() - t0
         metrics.update(loss_metrics)
         metrics.update({
-            "lr": self.scheduler.get_last_lr()[0], "nonfinite_skips": self.nonfinite_skips,
+            "lr": self.optimizer.param_groups[0]["lr"], "nonfinite_skips": self.nonfinite_skips,
             "ref_updates": self.reference.updates, "time_rollout": t_rollout,
             "time_logprob": t_logprob, "time_update": t_update, "time_step": t_step,
             "tokens_per_sec": tokens / t_step if t_step > 0 else None,

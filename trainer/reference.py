@@ -3,7 +3,9 @@
     rollout    reference = the policy that generated the batch (the paper's setting, Sec. 4):
                no reference model is held; the loss gets ref_logp=None.
     fixed      reference = the initial policy for the whole run (GRPO-style).
-    every_k    reference refreshed to the current policy every k optimizer steps.
+    every_k    reference refreshed to the current policy at the first rollout boundary after
+               k optimizer steps (never mid-batch: the batch's ref_logp were computed
+               once, before its updates, and must belong to the reference it is trained on).
     kl_target  refreshed when a moving average of the token KL to it exceeds kappa.
 
 A held reference is one frozen, eval-mode copy (requires_grad False) of the policy; its
@@ -42,14 +44,15 @@ class Reference:
         """True when a reference model is in memory (every schedule but rollout)."""
         return self.model is not None
 
-    def after_optimizer_step(self, policy) -> None:
-        """every_k: count optimizer steps and refresh on the k-th."""
+    def after_optimizer_step(self) -> None:
+        """Count optimizer steps (every_k refreshes at the next rollout boundary)."""
         self.optimizer_steps_since += 1
-        if self.schedule == "every_k" and self.optimizer_steps_since >= self.k:
-            self.refresh(policy)
 
     def after_step(self, policy, kl_to_ref: float | None) -> None:
-        """kl_target: update the moving average of the step's token KL; refresh past kappa."""
+        """At the rollout boundary. every_k: refresh once k optimizer steps have passed.
+        kl_target: update the moving average of the step's token KL; refresh past kappa."""
+        if self.schedule == "every_k" and self.optimizer_steps_since >= self.k:
+            self.refresh(policy)
         if self.schedule != "kl_target" or kl_to_ref is None:
             return
         a = self.kl_ema

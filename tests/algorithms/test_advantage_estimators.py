@@ -28,8 +28,24 @@ def test_group_zscore_uses_unbiased_std_and_leaves_singletons():
 
 def test_batch_mean_and_reinforce_pp():
     assert torch.allclose(compute_advantages(R, G, "batch_mean"), R - 4 / 6)
-    w = compute_advantages(R, G, "reinforce_pp")
-    assert w.mean().abs() < 1e-6 and (w.std(unbiased=False) - 1).abs() < 1e-4
+    w = compute_advantages(R, G, "reinforce_pp")  # no mask: one value per sequence
+    assert w.mean().abs() < 1e-6 and (w.std() - 1).abs() < 1e-6
+
+
+def test_reinforce_pp_baseline_whitens_over_tokens():
+    """Hand-computed: one group, R = (1, 0), lengths 3 and 1. Centred scores (0.5, -0.5) on
+    4 tokens: mean 0.25, unbiased variance 0.75 / 3 = 0.25, so the long correct response
+    gets +0.5 per token and the short wrong one -1.5 (sequence whitening would give +-1)."""
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    adv = compute_advantages(torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0, 0]),
+                             "reinforce_pp_baseline", mask=mask)
+    scale = 1 / math.sqrt(0.25 + 1e-8)
+    expected = torch.tensor([[0.25, 0.25, 0.25], [-0.75, 0, 0]], dtype=torch.float64) * scale
+    assert torch.allclose(adv, expected, rtol=1e-12, atol=0)
+    plain = compute_advantages(torch.tensor([1.0, 0.0], dtype=torch.float64),
+                               torch.tensor([0, 1]), "reinforce_pp", mask=mask)
+    assert torch.allclose(plain, torch.tensor([[1.0, 1, 1], [-3, 0, 0]],
+                                              dtype=torch.float64) * 0.25 * scale, rtol=1e-12)
 
 
 def test_token_returns_with_kl_in_reward():

@@ -54,11 +54,29 @@ def test_registry_has_the_papers_methods_with_paper_hyperparameters():
     assert set(METHODS) == expected
     urkl = METHODS["RPG-REINFORCE-URKL"]
     assert (urkl.loss.objective, urkl.loss.divergence, urkl.loss.form) == ("rpg", "urkl", "reinforce")
-    assert (urkl.loss.clip.eps_low, urkl.loss.clip.eps_high, urkl.loss.clip.dual_c) == (0.2, 0.28, 3.0)
+    assert (urkl.loss.clip.eps_low, urkl.loss.clip.eps_high, urkl.loss.clip.dual_c) == (0.2, 0.28, 10.0)
     assert urkl.loss.beta == 1e-4 and urkl.loss.agg == "token-mean" and urkl.reference == "rollout"
     assert METHODS["GRPO"].loss.kl_importance_weight == "none"
     assert METHODS["GRPO-ISKL"].loss.kl_importance_weight == "differentiable"
     assert METHODS["DAPO"].dynamic_sampling and METHODS["DAPO"].loss.beta == 0.0
+
+
+def test_registry_follows_the_released_recipe_where_the_paper_is_silent():
+    """recipe/rpg/7b/*.sh: c = 10 everywhere; GRPO clips at (0.2, 0.2) without dynamic
+    sampling; DAPO, RPG and REINFORCE++ filter groups on accuracy and shape overlong
+    responses; REINFORCE++ puts k1 in the loss against the iterative (rollout) reference."""
+    for method in METHODS.values():
+        assert method.loss.clip.dual_c == 10.0, method.name
+    grpo = METHODS["GRPO"]
+    assert (grpo.loss.clip.eps_low, grpo.loss.clip.eps_high) == (0.2, 0.2)
+    assert not grpo.dynamic_sampling and not grpo.overlong_shaping and grpo.reference == "fixed"
+    for name in METHODS:
+        if name.startswith(("RPG-", "DAPO", "REINFORCE++")):
+            assert METHODS[name].dynamic_sampling and METHODS[name].overlong_shaping, name
+    for name in ("REINFORCE++", "REINFORCE++-Baseline"):
+        loss = METHODS[name].loss
+        assert (loss.estimator, loss.kl_placement, loss.kl_importance_weight) == ("k1", "loss", "none")
+        assert METHODS[name].reference == "rollout"
 
 
 def test_get_method_lists_registered_names():

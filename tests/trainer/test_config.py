@@ -45,7 +45,7 @@ def test_loss_overrides_and_explicit_loss():
                                        "loss": {"beta": 0.01, "clip": {"eps_high": 0.4}}}})
     loss = cfg.resolved_method().loss
     assert loss.beta == 0.01
-    assert (loss.clip.eps_low, loss.clip.eps_high, loss.clip.dual_c) == (0.2, 0.4, 3.0)
+    assert (loss.clip.eps_low, loss.clip.eps_high, loss.clip.dual_c) == (0.2, 0.4, 10.0)
     cfg = parse_run_config({"method": {"name": None, "loss": {"divergence": "fkl",
                                                              "form": "differentiable"},
                                        "reference": {"schedule": "every_k", "k": 5}}})

@@ -33,19 +33,23 @@ def test_rollout_holds_no_model_and_fixed_is_frozen():
     before = ref.model.weight.clone()
     _nudge(policy)
     for _ in range(50):
-        ref.after_optimizer_step(policy)
+        ref.after_optimizer_step()
         ref.after_step(policy, 10.0)
     assert torch.equal(ref.model.weight, before) and ref.updates == 0
 
 
-def test_every_k_refreshes_on_the_kth_optimizer_step():
+def test_every_k_refreshes_at_the_rollout_boundary_after_k_optimizer_steps():
     policy = _policy()
     ref = Reference("every_k", policy, k=3)
     _nudge(policy)
-    ref.after_optimizer_step(policy)
-    ref.after_optimizer_step(policy)
+    for _ in range(2):
+        ref.after_optimizer_step()
+    ref.after_step(policy, None)
     assert ref.updates == 0 and not torch.equal(ref.model.weight, policy.weight)
-    ref.after_optimizer_step(policy)
+    for _ in range(4):  # the k-th optimizer step falls inside this batch: no mid-batch refresh
+        ref.after_optimizer_step()
+        assert ref.updates == 0
+    ref.after_step(policy, None)
     assert ref.updates == 1 and torch.equal(ref.model.weight, policy.weight)
 
 
@@ -65,7 +69,8 @@ def test_reference_state_roundtrip():
     policy = _policy()
     ref = Reference("every_k", policy, k=1)
     _nudge(policy)
-    ref.after_optimizer_step(policy)
+    ref.after_optimizer_step()
+    ref.after_step(policy, None)
     state = ref.state_dict()
     fresh = Reference("every_k", _policy(), k=1)
     fresh.load_state_dict(state)
