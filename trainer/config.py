@@ -128,7 +128,11 @@ class OptimConfig(_Section):
     mini_batch_size: int | None = Field(
         None, ge=1, description="sequences per optimizer step (null = the whole batch)"
     )
-    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward")
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (at most)")
+    max_tokens_per_micro_batch: int | None = Field(
+        None, ge=1, description="token budget per forward/backward: rows sorted by length are "
+        "packed up to this many (padded) prompt+response tokens (null = micro_batch_size rows "
+        "in order)")
     max_nonfinite_in_row: int = Field(3, ge=1, description="stop after this many skipped updates")
 
 

@@ -42,14 +42,66 @@ class PackedBatch:
     def response_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_len :]  # (B, T)
 
+    @property
+    def prompt_lengths(self) -> torch.Tensor:
+        return self.attention_mask[:, : self.prompt_len].sum(-1)  # (B,)
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        return self.response_mask.sum(-1).long()  # (B,)
+
     def rows(self, idx) -> PackedBatch:
-        """The sub-batch of rows `idx` (columns unchanged)."""
-        return PackedBatch(self.input_ids[idx], self.attention_mask[idx],
-                           self.response_mask[idx], self.prompt_len)
+        """The sub-batch of rows `idx`, trimmed to its own longest prompt and response, so
+        a micro-batch of short rows carries no padding from longer rows elsewhere. Its
+        response columns are the first `response_mask.shape[1]` columns of this batch's."""
+        ids, attn, rmask = self.input_ids[idx], self.attention_mask[idx], self.response_mask[idx]
+        P = self.prompt_len
+        p = int(attn[:, :P].sum(-1).max())
+        t = max(1, int(rmask.sum(-1).max()))
+        return PackedBatch(ids[:, P - p : P + t], attn[:, P - p : P + t], rmask[:, :t], p)
 
     def to(self, device) -> PackedBatch:
         return PackedBatch(self.input_ids.to(device), self.attention_mask.to(device),
                            self.response_mask.to(device), self.prompt_len)
+
+
+def micro_batches(
+    batch: PackedBatch, rows: torch.Tensor, max_rows: int, max_tokens: int | None = None,
+) -> list[torch.Tensor]:
+    """Split `rows` (indices into `batch`) into micro-batches for forward/backward.
+
+    max_tokens None: consecutive chunks of `max_rows` rows. Otherwise token budgets, as
+    verl's dynamic batch size: rows sorted by length (longest first) are packed greedily
+    while rows x (longest prompt + longest response) of the micro-batch stays within
+    `max_tokens` (and rows within `max_rows`); a row longer than the budget goes alone.
+    Losses are re-weighted per micro-batch by the caller, so the gradient does not depend
+    on the grouping.
+    """
+    if max_tokens is None:
+        return [rows[i : i + max_rows] for i in range(0, len(rows), max_rows)]
+    p_len = batch.prompt_lengths[rows].tolist()
+    t_len = batch.response_lengths[rows].clamp_min(1).tolist()
+    order = sorted(range(len(rows)), key=lambda i: p_len[i] + t_len[i], reverse=True)
+    groups: list[list[int]] = []
+    p_max = t_max = 0
+    for i in order:
+        p_new, t_new = max(p_max, p_len[i]), max(t_max, t_len[i])
+        if groups and len(groups[-1]) < max_rows and (len(groups[-1]) + 1) * (p_new + t_new) <= max_tokens:
+            groups[-1].append(i)
+            p_max, t_max = p_new, t_new
+        else:
+            groups.append([i])
+            p_max, t_max = p_len[i], t_len[i]
+    return [rows[torch.tensor(g, dtype=torch.long, device=rows.device)] for g in groups]
+
+
+def padded_tokens(batch: PackedBatch, groups: list[torch.Tensor]) -> int:
+    """Token positions a forward pass over `groups` processes (rows x trimmed width)."""
+    total = 0
+    for g in groups:
+        sub = batch.rows(g)
+        total += sub.input_ids.numel()
+    return total
 
 
 def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> PackedBatch:

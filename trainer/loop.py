@@ -41,7 +41,7 @@ from trainer.checkpoint import (
     save_state,
 )
 from trainer.config import RunConfig, dump_run_config
-from trainer.logprobs import PackedBatch, pack, response_logprobs
+from trainer.logprobs import PackedBatch, micro_batches, pack, response_logprobs
 from trainer.reference import Reference
 from trainer.rollout import make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
@@ -52,6 +52,15 @@ LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "is_weight_mean", "is_weight_max",
                 "clip_frac_upper", "clip_frac_lower", "clip_frac_dual", "kl_ref_k1", "kl_ref_k3",
                 "kl_behav_k1", "kl_behav_k3")
 MAX_METRICS = ("is_weight_max",)  # reported as the maximum over every update of the step
+
+
+def add_metric(sums: dict, key: str, value: torch.Tensor, weight=None) -> None:
+    """Running aggregate of a loss metric over micro- and mini-batches: the maximum for
+    MAX_METRICS, else the (weighted) sum."""
+    if key in MAX_METRICS:
+        sums[key] = value if key not in sums else torch.maximum(sums[key], value)
+    else:
+        sums[key] = sums.get(key, 0.0) + (value if weight is None else value * weight)
 
 
 class NonFiniteError(RuntimeError):
@@ -284,31 +293,61 @@ class Trainer:
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
         return Rollout(batch, rewards, group_ids, stats)
 
-    def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        m = self.cfg.optim.micro_batch_size
-        return [rows[i : i + m] for i in range(0, len(rows), m)]
+    def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
+        o = self.cfg.optim
+        return micro_batches(batch, rows, o.micro_batch_size, o.max_tokens_per_micro_batch)
 
     @torch.no_grad()
     def logprobs_no_grad(self, model, batch: PackedBatch, with_entropy: bool):
         """(B, T) log-probs (and entropies) of `model`, micro-batched, no autograd."""
         was_training = model.training
         model.eval()
-        logps, ents = [], []
-        for rows in self._micro_slices(torch.arange(batch.input_ids.shape[0])):
+        B, T = batch.response_mask.shape
+        logp = torch.zeros(B, T, device=self.device)
+        entropy = torch.zeros(B, T, device=self.device)
+        for rows in self._micro_batches(batch, torch.arange(B, device=self.device)):
             lp, ent = response_logprobs(model, batch.rows(rows), with_entropy=with_entropy,
                                         temperature=self.cfg.rollout.temperature,
                                         autocast=self.autocast)
-            logps.append(lp)
-            ents.append(ent)
+            logp[rows, : lp.shape[1]] = lp  # a micro-batch is trimmed to its longest response
+            entropy[rows, : ent.shape[1]] = ent
         model.train(was_training)
-        return torch.cat(logps), torch.cat(ents)
+        return logp, entropy
+
+    def accumulate_gradients(self, batch: PackedBatch, rows, old_logp, ref_logp, advantages):
+        """Backward of one mini-batch `rows`, micro-batch by micro-batch, each loss weighted so
+        that the gradients sum to those of the mini-batch's loss whatever the grouping.
+        Returns the mini-batch loss and its weighted metric sums (maxima for MAX_METRICS)."""
+        token_mean = self.loss_cfg.agg == "token-mean"
+        mini_tokens = batch.response_mask[rows].sum().clamp_min(1.0)
+        total_loss = torch.zeros((), device=self.device)
+        sums: dict[str, torch.Tensor] = {}
+        for micro in self._micro_batches(batch, rows):
+            mb = batch.rows(micro)
+            t = mb.response_mask.shape[1]  # (b, t): trimmed columns of the (B, T) tensors
+            logp, _ = response_logprobs(self.model, mb, autocast=self.autocast,
+                                        temperature=self.cfg.rollout.temperature)
+            loss, metrics = compute_policy_loss(
+                self.loss_cfg, logp, old_logp[micro, :t],
+                None if ref_logp is None else ref_logp[micro, :t],
+                advantages[micro] if advantages.dim() == 1 else advantages[micro, :t],
+                mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
+            )
+            w = (mb.response_mask.sum() / mini_tokens if token_mean
+                 else torch.tensor(len(micro) / len(rows), device=self.device))
+            if self.step in self.cfg.debug.nonfinite_steps:
+                loss = loss * float("nan")
+            (loss * w).backward()
+            total_loss = total_loss + loss.detach() * w
+            for k in LOSS_METRICS:
+                add_metric(sums, k, metrics[k], w)
+        return total_loss, sums
 
     def update(self, batch: PackedBatch, old_logp, ref_logp, advantages) -> dict:
         """K epochs of mini-batch AdamW steps; returns averaged loss metrics + grad norm."""
         o = self.cfg.optim
         B = batch.input_ids.shape[0]
         mini = o.mini_batch_size or B
-        token_mean = self.loss_cfg.agg == "token-mean"
         sums: dict[str, torch.Tensor] = {}
         grad_norms, n_mini = [], 0
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -320,31 +359,11 @@ class Trainer:
             else:
                 order = torch.arange(B, device=self.device)
             for start in range(0, B, mini):
-                rows = order[start : start + mini]
-                mini_tokens = batch.response_mask[rows].sum().clamp_min(1.0)
                 self.optimizer.zero_grad(set_to_none=True)
-                total_loss = torch.zeros((), device=self.device)
-                for micro in self._micro_slices(rows):
-                    mb = batch.rows(micro)
-                    logp, _ = response_logprobs(self.model, mb, autocast=self.autocast,
-                                                temperature=self.cfg.rollout.temperature)
-                    loss, metrics = compute_policy_loss(
-                        self.loss_cfg, logp, old_logp[micro],
-                        None if ref_logp is None else ref_logp[micro], advantages[micro],
-                        mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
-                    )
-                    # Re-weight so the micro-batch losses sum to the mini-batch aggregate.
-                    w = (mb.response_mask.sum() / mini_tokens if token_mean
-                         else torch.tensor(len(micro) / len(rows), device=self.device))
-                    if self.step in self.cfg.debug.nonfinite_steps:
-                        loss = loss * float("nan")
-                    (loss * w).backward()
-                    total_loss = total_loss + loss.detach() * w
-                    for k in LOSS_METRICS:
-                        if k in MAX_METRICS:
-                            sums[k] = torch.maximum(sums.get(k, metrics[k]), metrics[k])
-                        else:
-                            sums[k] = sums.get(k, 0.0) + metrics[k].detach() * w
+                total_loss, mini_sums = self.accumulate_gradients(
+                    batch, order[start : start + mini], old_logp, ref_logp, advantages)
+                for k, v in mini_sums.items():
+                    add_metric(sums, k, v)
                 clip = o.grad_clip if o.grad_clip is not None else float("inf")
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
                 # One host sync per optimizer step: needed to decide whether to skip it.
