@@ -97,7 +97,9 @@ def hf_generate(
     model.eval()
     tokenizer.padding_side = "left"
     try:
-        with torch.random.fork_rng(devices=cuda_devices), torch.inference_mode():
+        # no_grad, not inference_mode: FSDP2-sharded weights (gathered for decoding) must stay
+        # usable by autograd afterwards.
+        with torch.random.fork_rng(devices=cuda_devices), torch.no_grad():
             torch.manual_seed(seed)
             starts = range(0, len(rows), batch_size)
             for start in tqdm(starts, desc="generate", disable=not progress, unit="batch"):

@@ -29,7 +29,12 @@ def _train(args) -> int:
     parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent
-    out = train(cfg)
+    from trainer import distributed
+
+    try:
+        out = train(cfg)
+    finally:
+        distributed.shutdown()
     print(f"[trainer] run directory: {out}")
     return 0
 

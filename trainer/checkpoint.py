@@ -32,14 +32,15 @@ def checkpoint_dir(out_dir: Path, step: int) -> Path:
 
 
 def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
-                       dtype: torch.dtype | None = None) -> Path:
-    """Save model + tokenizer in HF format atomically (temp dir, then rename)."""
+                       dtype: torch.dtype | None = None, state_dict: dict | None = None) -> Path:
+    """Save model + tokenizer in HF format atomically (temp dir, then rename).
+    `state_dict`: the weights to write instead of `model`'s (gathered from shards)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    state = None
+    state = state_dict
     if dtype is not None:
-        state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
+        state = {k: v.detach().to(dtype) for k, v in (state or model.state_dict()).items()}
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     tokenizer.save_pretrained(tmp)
     (tmp / "run_config.yaml").write_text(config_yaml)

@@ -170,6 +170,9 @@ class DebugConfig(_Section):
     nonfinite_steps: list[int] = Field(
         default_factory=list, description="steps whose loss is replaced by NaN (guard drill)"
     )
+    fail_at: tuple[int, int] | None = Field(
+        None, description="[rank, step]: that rank raises at the start of that step (drill: "
+        "one failing rank must end a distributed job)")
 
 
 class RunConfig(_Section):

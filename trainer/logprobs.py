@@ -215,3 +215,25 @@ def naive_response_logprobs(model, batch: PackedBatch, temperature: float = 1.0)
     logp = logp_all.gather(-1, batch.response_ids[..., None]).squeeze(-1)  # (B, T)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp * batch.response_mask, entropy * batch.response_mask
+
+
+class PolicyLogProbs(torch.nn.Module):
+    """A causal LM whose forward is `response_logprobs`.
+
+    Why a module: the chunked path reads the embedding, final norm and LM head directly
+    instead of calling the model's forward; under FSDP2 those parameters belong to the root
+    unit, whose hooks run around the root's forward. Making this wrapper the root puts the
+    whole log-prob computation inside one forward, so FSDP2 gathers and reduces them.
+    """
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def get_decoder(self):
+        return self.model.get_decoder()
+
+    def forward(self, batch: PackedBatch, *, temperature: float = 1.0, with_entropy: bool = False,
+                autocast: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return response_logprobs(self.model, batch, temperature=temperature,
+                                 with_entropy=with_entropy, autocast=autocast)

@@ -18,6 +18,7 @@ length (padded), P prompt length (padded).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 import warnings
@@ -32,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from algorithms import compute_advantages, compute_policy_loss, kl_reward_penalty
 from eval.files import write_atomic
 from eval.prompts import build_prompt
+from trainer import distributed
 from trainer.checkpoint import (
     Preempted,
     PreemptionFlag,
@@ -41,7 +43,7 @@ from trainer.checkpoint import (
     save_state,
 )
 from trainer.config import RunConfig, dump_run_config
-from trainer.logprobs import PackedBatch, micro_batches, pack, response_logprobs
+from trainer.logprobs import PackedBatch, PolicyLogProbs, micro_batches, pack
 from trainer.reference import Reference
 from trainer.rollout import make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
@@ -52,6 +54,11 @@ LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "is_weight_mean", "is_weight_max",
                 "clip_frac_upper", "clip_frac_lower", "clip_frac_dual", "kl_ref_k1", "kl_ref_k3",
                 "kl_behav_k1", "kl_behav_k3")
 MAX_METRICS = ("is_weight_max",)  # reported as the maximum over every update of the step
+
+
+def mb_rows(micro: torch.Tensor, device) -> torch.Tensor:
+    """Row indices of a micro-batch; row 0 for the empty stand-in (weighted by 0)."""
+    return micro if len(micro) else torch.zeros(1, dtype=torch.long, device=device)
 
 
 def add_metric(sums: dict, key: str, value: torch.Tensor, weight=None) -> None:
@@ -142,6 +149,17 @@ def has_signal(rewards: list[float], correct: list[bool], metric: str) -> bool:
 
 
 @dataclass
+class Round:
+    """One generation round of one rank: groups of n responses, prompt-major."""
+
+    prompt_ids: list[list[int]]  # per group
+    token_ids: list[list[int]]  # per response
+    rewards: list[float]
+    correct: list[bool]
+    truncated: list[bool]
+
+
+@dataclass
 class Rollout:
     """One step's training batch (kept groups) plus stats over everything generated."""
 
@@ -173,6 +191,9 @@ class Trainer:
         self.method = cfg.resolved_method()
         self.loss_cfg = self.method.loss
         self.device = resolve_device(cfg.model.device)
+        self.world = distributed.init(self.device.type)
+        if self.device.type == "cuda":
+            self.device = torch.device("cuda", self.world.local_rank)
         self.autocast = autocast_dtype(cfg.model.compute_dtype, self.device)
         self.config_yaml = dump_run_config(cfg)
 
@@ -183,13 +204,31 @@ class Trainer:
         self.problems = load_problems(cfg.task, seed=cfg.seed)
         self.add_special = not getattr(self.tokenizer, "chat_template", None)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
+        for key in ("prompts_per_step", "gen_prompts_per_round"):
+            value = getattr(cfg.rollout, key)
+            if value is not None and value % self.world.size:
+                raise ValueError(f"rollout.{key}={value} must be a multiple of the world size "
+                                 f"{self.world.size} (each rank generates an equal share)")
         # Built from the initial weights, before any resume state is loaded: a "fixed"
         # reference is the initial policy.
         ref = cfg.method.reference
         self.reference = Reference(self.method.reference, self.model, k=ref.k, kappa=ref.kappa,
                                    kl_ema=ref.kl_ema)
+        # The log-prob modules (FSDP2 roots when distributed; see trainer.distributed).
+        self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type)
+        self.ref_policy = (distributed.shard(PolicyLogProbs(self.reference.model), self.world,
+                                             self.device.type) if self.reference.held else None)
+        if self.world.distributed:
+            # FSDP2 sets itself up at the root's first forward; generation calls the inner
+            # model's layers directly, so run one root forward before any of that.
+            token = [self.tokenizer.pad_token_id]
+            probe = pack([token], [token], self.tokenizer.pad_token_id).to(self.device)
+            with torch.no_grad():
+                for module in filter(None, (self.policy, self.ref_policy)):
+                    module(probe)
+                    module.reshard()  # so parameters() below are the sharded ones
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=o.betas,
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas,
                                            weight_decay=o.weight_decay)
         self.step = 0
         self.nonfinite_skips = 0
@@ -207,10 +246,12 @@ class Trainer:
         state = load_state(self.out)
         if state is None:
             return
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        distributed.load_model_state(self.policy, state["model"])
+        distributed.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
         self.sampler.load_state_dict(state["sampler"])
-        self.reference.load_state_dict(state["reference"])
+        self.reference.load_state_dict(
+            state["reference"],
+            load=lambda _, w: distributed.load_model_state(self.ref_policy, w))
         self.step = state["step"]
         self.nonfinite_skips = state["nonfinite_skips"]
         self.nonfinite_in_row = state["nonfinite_in_row"]
@@ -223,50 +264,93 @@ class Trainer:
               "the config")
 
     def state_payload(self) -> dict:
+        """The resume state (a collective under FSDP2: full weights gathered to rank 0)."""
         return {
-            "step": self.step, "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "sampler": self.sampler.state_dict(), "reference": self.reference.state_dict(),
+            "step": self.step, "model": distributed.model_state(self.policy),
+            "optimizer": distributed.optimizer_state(self.policy, self.optimizer),
+            "sampler": self.sampler.state_dict(),
+            "reference": self.reference.state_dict(
+                weights=lambda _: distributed.model_state(self.ref_policy)),
             "nonfinite_skips": self.nonfinite_skips, "nonfinite_in_row": self.nonfinite_in_row,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
         }
 
+    def save_state(self) -> None:
+        """The resume state (full weights, world-size independent); rank 0 writes it."""
+        payload = self.state_payload()
+        if self.world.main:
+            save_state(self.out, payload)
+
+    def save_checkpoint(self, path: Path, dtype: torch.dtype | None) -> Path:
+        """An HF checkpoint of the policy; under FSDP2 the full weights are gathered first
+        (a collective) and rank 0 writes."""
+        state = None
+        if self.world.distributed:
+            prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
+            state = {k.removeprefix(prefix): v
+                     for k, v in distributed.model_state(self.policy).items()}
+        if self.world.main:
+            save_hf_checkpoint(self.model, self.tokenizer, path, config_yaml=self.config_yaml,
+                               dtype=dtype, state_dict=state)
+        return path
+
     # -------------------------------------------------------------- one step
 
-    def collect(self) -> Rollout:
-        """Rollout + reward (+ dynamic sampling). Stats cover every generated response."""
+    def _generate_round(self, problems: list[dict], seed: int) -> Round:
+        """Generate and score one round's problems (this rank's share of them)."""
         r, t = self.cfg.rollout, self.cfg.task
+        texts = [build_prompt(p["problem"], t.template, self.tokenizer) for p in problems]
+        gather = (distributed.unsharded(self.policy, self.world) if r.engine == "hf"
+                  else contextlib.nullcontext())
+        with gather:  # the hf engine decodes with the training model's (full) weights
+            samples = self.engine.generate(texts, n=r.n, seed=seed)
+        flat = [s for group in samples for s in group]
+        golds = [p["answer"] for p in problems for _ in range(r.n)]
+        rewards, correct = score([s.text for s in flat], golds, t)
+        if self.method.overlong_shaping:
+            rewards = [rw + overlong_penalty(len(s.token_ids), r.max_new_tokens,
+                                             r.overlong_buffer, r.overlong_penalty)
+                       for rw, s in zip(rewards, flat)]
+        return Round(
+            prompt_ids=[self.tokenizer(x, add_special_tokens=self.add_special)["input_ids"]
+                        for x in texts],
+            token_ids=[list(s.token_ids) for s in flat], rewards=list(rewards),
+            correct=list(correct), truncated=[s.finish_reason == "length" for s in flat])
+
+    def collect(self) -> Rollout:
+        """Rollout + reward (+ dynamic sampling). Stats cover every generated response.
+
+        Every rank draws the same global prompts and generates its contiguous share; the
+        rounds are gathered in rank order, so every rank holds the same kept groups in the
+        single-process order and makes the same refill decision."""
+        r = self.cfg.rollout
         dynamic = self.method.dynamic_sampling
-        kept: list[tuple[list[int], list, list[float]]] = []  # per group
+        kept: list[tuple[list[int], list[list[int]], list[float]]] = []  # per group
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
         per_round = r.gen_prompts_per_round or r.prompts_per_step
+        share = per_round // self.world.size
         while True:
             idx = self.sampler.take(per_round)
-            problems = [self.problems[i] for i in idx]
-            texts = [build_prompt(p["problem"], t.template, self.tokenizer) for p in problems]
-            samples = self.engine.generate(
-                texts, n=r.n, seed=generation_seed(self.cfg.seed, self.step, gen_batches))
+            mine = idx[self.world.rank * share : (self.world.rank + 1) * share]
+            seed = generation_seed(self.cfg.seed, self.step,
+                                   gen_batches * self.world.size + self.world.rank)
+            rounds = distributed.gather(
+                self._generate_round([self.problems[i] for i in mine], seed), self.world)
             gen_batches += 1
-            flat = [s for group in samples for s in group]
-            golds = [p["answer"] for p in problems for _ in range(r.n)]
-            rewards, correct = score([s.text for s in flat], golds, t)
-            if self.method.overlong_shaping:
-                rewards = [rw + overlong_penalty(len(s.token_ids), r.max_new_tokens,
-                                                 r.overlong_buffer, r.overlong_penalty)
-                           for rw, s in zip(rewards, flat)]
-            all_rewards += rewards
-            all_correct += correct
-            lengths += [len(s.token_ids) for s in flat]
-            truncated += [s.finish_reason == "length" for s in flat]
-            for g, text in enumerate(texts):
-                group = slice(g * r.n, (g + 1) * r.n)
-                group_rewards = rewards[group]
-                if dynamic and not has_signal(group_rewards, correct[group], r.filter_metric):
-                    dropped += 1
-                    continue
-                prompt_ids = self.tokenizer(text, add_special_tokens=self.add_special)["input_ids"]
-                kept.append((prompt_ids, samples[g], group_rewards))
+            for res in rounds:
+                all_rewards += res.rewards
+                all_correct += res.correct
+                lengths += [len(ids) for ids in res.token_ids]
+                truncated += res.truncated
+                for g, prompt_ids in enumerate(res.prompt_ids):
+                    group = slice(g * r.n, (g + 1) * r.n)
+                    group_rewards = res.rewards[group]
+                    if dynamic and not has_signal(group_rewards, res.correct[group],
+                                                  r.filter_metric):
+                        dropped += 1
+                        continue
+                    kept.append((prompt_ids, res.token_ids[group], group_rewards))
             if not dynamic or len(kept) >= r.prompts_per_step or gen_batches >= r.max_gen_batches:
                 break
         # Extra groups from the last refill are generated but not trained on (DAPO does the same).
@@ -287,60 +371,84 @@ class Trainer:
             empty = torch.zeros(0)
             return Rollout(None, empty, empty.long(), stats)
         prompts = [p for p, group, _ in kept for _ in group]
-        responses = [s.token_ids for _, group, _ in kept for s in group]
+        responses = [ids for _, group, _ in kept for ids in group]
         batch = pack(prompts, responses, self.tokenizer.pad_token_id).to(self.device)
         rewards = torch.tensor([x for _, _, g in kept for x in g], device=self.device)
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
         return Rollout(batch, rewards, group_ids, stats)
 
     def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
+        """This rank's micro-batches of `rows`; padded with empty ones to the largest rank's
+        count, since every FSDP2 forward is a collective."""
         o = self.cfg.optim
-        return micro_batches(batch, rows, o.micro_batch_size, o.max_tokens_per_micro_batch)
+        mine = distributed.share(rows, self.world)
+        groups = micro_batches(batch, mine, o.micro_batch_size, o.max_tokens_per_micro_batch)
+        empty = rows[:0]
+        return groups + [empty] * (distributed.pad_to(len(groups), self.world) - len(groups))
+
+    def _forward(self, module, batch: PackedBatch, micro: torch.Tensor, with_entropy: bool):
+        """Log-probs (b, t) of one micro-batch; an empty one runs a 1-row stand-in (so the
+        collectives match) whose result the caller weighs by 0."""
+        mb = batch.rows(mb_rows(micro, self.device))
+        logp, ent = module(mb, temperature=self.cfg.rollout.temperature,
+                           with_entropy=with_entropy, autocast=self.autocast)
+        return mb, logp, ent
 
     @torch.no_grad()
-    def logprobs_no_grad(self, model, batch: PackedBatch, with_entropy: bool):
-        """(B, T) log-probs (and entropies) of `model`, micro-batched, no autograd."""
-        was_training = model.training
-        model.eval()
+    def logprobs_no_grad(self, module, batch: PackedBatch, with_entropy: bool):
+        """(B, T) log-probs (and entropies) of `module`, micro-batched, no autograd; each
+        rank computes its share of the rows, then the shares are summed into every rank."""
+        was_training = module.training
+        module.eval()
         B, T = batch.response_mask.shape
         logp = torch.zeros(B, T, device=self.device)
         entropy = torch.zeros(B, T, device=self.device)
         for rows in self._micro_batches(batch, torch.arange(B, device=self.device)):
-            lp, ent = response_logprobs(model, batch.rows(rows), with_entropy=with_entropy,
-                                        temperature=self.cfg.rollout.temperature,
-                                        autocast=self.autocast)
-            logp[rows, : lp.shape[1]] = lp  # a micro-batch is trimmed to its longest response
-            entropy[rows, : ent.shape[1]] = ent
-        model.train(was_training)
-        return logp, entropy
+            _, lp, ent = self._forward(module, batch, rows, with_entropy)
+            if len(rows):
+                logp[rows, : lp.shape[1]] = lp  # a micro-batch is trimmed to its longest row
+                entropy[rows, : ent.shape[1]] = ent
+        module.train(was_training)
+        return distributed.all_sum(logp, self.world), distributed.all_sum(entropy, self.world)
 
     def accumulate_gradients(self, batch: PackedBatch, rows, old_logp, ref_logp, advantages):
-        """Backward of one mini-batch `rows`, micro-batch by micro-batch, each loss weighted so
-        that the gradients sum to those of the mini-batch's loss whatever the grouping.
-        Returns the mini-batch loss and its weighted metric sums (maxima for MAX_METRICS)."""
+        """Backward of one mini-batch `rows` (this rank's share of it), micro-batch by
+        micro-batch, each loss weighted so that the gradients sum, over micro-batches and
+        ranks, to those of the mini-batch's loss whatever the grouping. Returns the
+        mini-batch loss and its weighted metric sums (maxima for MAX_METRICS), all global."""
         token_mean = self.loss_cfg.agg == "token-mean"
         mini_tokens = batch.response_mask[rows].sum().clamp_min(1.0)
         total_loss = torch.zeros((), device=self.device)
         sums: dict[str, torch.Tensor] = {}
         for micro in self._micro_batches(batch, rows):
-            mb = batch.rows(micro)
-            t = mb.response_mask.shape[1]  # (b, t): trimmed columns of the (B, T) tensors
-            logp, _ = response_logprobs(self.model, mb, autocast=self.autocast,
-                                        temperature=self.cfg.rollout.temperature)
+            mb, logp, _ = self._forward(self.policy, batch, micro, with_entropy=False)
+            idx, t = mb_rows(micro, self.device), mb.response_mask.shape[1]
             loss, metrics = compute_policy_loss(
-                self.loss_cfg, logp, old_logp[micro, :t],
-                None if ref_logp is None else ref_logp[micro, :t],
-                advantages[micro] if advantages.dim() == 1 else advantages[micro, :t],
+                self.loss_cfg, logp, old_logp[idx, :t],
+                None if ref_logp is None else ref_logp[idx, :t],
+                advantages[idx] if advantages.dim() == 1 else advantages[idx, :t],
                 mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
             )
-            w = (mb.response_mask.sum() / mini_tokens if token_mean
-                 else torch.tensor(len(micro) / len(rows), device=self.device))
+            if not len(micro):
+                w = torch.zeros((), device=self.device)
+            elif token_mean:
+                w = mb.response_mask.sum() / mini_tokens
+            else:
+                w = torch.tensor(len(micro) / len(rows), device=self.device)
             if self.step in self.cfg.debug.nonfinite_steps:
                 loss = loss * float("nan")
-            (loss * w).backward()
+            # FSDP2 averages gradients over ranks; scaling by the world size sums them.
+            (loss * w * self.world.size).backward()
             total_loss = total_loss + loss.detach() * w
             for k in LOSS_METRICS:
-                add_metric(sums, k, metrics[k], w)
+                if len(micro):
+                    add_metric(sums, k, metrics[k], w)
+        total_loss = distributed.all_sum(total_loss, self.world)
+        for k in LOSS_METRICS:
+            v = sums.get(k, torch.tensor(float("-inf") if k in MAX_METRICS else 0.0,
+                                         device=self.device))
+            sums[k] = (distributed.all_max if k in MAX_METRICS else distributed.all_sum)(
+                v.reshape(()).clone(), self.world)
         return total_loss, sums
 
     def update(self, batch: PackedBatch, old_logp, ref_logp, advantages) -> dict:
@@ -350,8 +458,10 @@ class Trainer:
         mini = o.mini_batch_size or B
         sums: dict[str, torch.Tensor] = {}
         grad_norms, n_mini = [], 0
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.model.train()
+        # The optimizer's (sharded) parameters: under FSDP2 the root's parameters() may be
+        # its unsharded views between a forward and the next backward.
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.policy.train()
         for epoch in range(o.epochs):
             if mini < B:
                 gen = torch.Generator().manual_seed(generation_seed(self.cfg.seed, self.step, epoch))
@@ -366,6 +476,8 @@ class Trainer:
                     add_metric(sums, k, v)
                 clip = o.grad_clip if o.grad_clip is not None else float("inf")
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+                if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+                    grad_norm = grad_norm.full_tensor()
                 # One host sync per optimizer step: needed to decide whether to skip it.
                 finite = bool(torch.isfinite(total_loss) & torch.isfinite(grad_norm))
                 n_mini += 1
@@ -391,6 +503,8 @@ class Trainer:
     def run_step(self) -> dict:
         self.step += 1
         t0 = time.perf_counter()
+        if self.cfg.debug.fail_at == (self.world.rank, self.step):
+            raise RuntimeError(f"debug.fail_at: rank {self.world.rank} fails at step {self.step}")
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.cfg.optim, self.step)
 
@@ -405,8 +519,8 @@ class Trainer:
             batch = rollout.batch
             # -- behaviour and reference log-probs (training model, no grad)
             t1 = time.perf_counter()
-            old_logp, entropy = self.logprobs_no_grad(self.model, batch, with_entropy=True)
-            ref_logp = (self.logprobs_no_grad(self.reference.model, batch, False)[0]
+            old_logp, entropy = self.logprobs_no_grad(self.policy, batch, with_entropy=True)
+            ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
                         if self.reference.held else None)
             t_logprob = time.perf_counter() - t1
             mask = batch.response_mask
@@ -476,23 +590,26 @@ def train(cfg: RunConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tune_cpu_runtime()
     trainer = Trainer(cfg)
-    _write_config(out, cfg, trainer.config_yaml)
+    world = trainer.world  # rank 0 alone writes config, metrics, MLflow, checkpoints, DONE
+    if world.main:
+        _write_config(out, cfg, trainer.config_yaml)
     ck = cfg.checkpoint
     save_dtype = None if ck.save_dtype == "same" else torch_dtype(ck.save_dtype)
-    tracker = Tracker(out, cfg.tracking, resume_step=trainer.step, run_name=cfg.run_id,
-                      tags=cfg.tags, params=cfg.model_dump(mode="json"),
-                      config_yaml=trainer.config_yaml)
+    tracker = (Tracker(out, cfg.tracking, resume_step=trainer.step, run_name=cfg.run_id,
+                       tags=cfg.tags, params=cfg.model_dump(mode="json"),
+                       config_yaml=trainer.config_yaml) if world.main else None)
     status = "FAILED"
     try:
         last_state_time = time.monotonic()
         steps_this_process = 0
         with PreemptionFlag() as flag:
             bar = tqdm(total=cfg.optim.steps, initial=trainer.step, desc=cfg.run_id,
-                       disable=not cfg.tracking.progress, unit="step")
+                       disable=not (cfg.tracking.progress and world.main), unit="step")
             while trainer.step < cfg.optim.steps:
                 metrics = trainer.run_step()
                 steps_this_process += 1
-                tracker.log(trainer.step, metrics)
+                if tracker:
+                    tracker.log(trainer.step, metrics)
                 kl = metrics["kl_ref_k3"] if trainer.reference.held else metrics["kl_behav_k3"]
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}",
@@ -501,9 +618,8 @@ def train(cfg: RunConfig) -> Path:
 
                 # -- checkpoint
                 if trainer.step in ck.eval_steps or trainer.step == cfg.optim.steps:
-                    trainer.last_checkpoint = save_hf_checkpoint(
-                        trainer.model, trainer.tokenizer, checkpoint_dir(out, trainer.step),
-                        config_yaml=trainer.config_yaml, dtype=save_dtype)
+                    trainer.last_checkpoint = trainer.save_checkpoint(
+                        checkpoint_dir(out, trainer.step), save_dtype)
                 stop = cfg.debug.stop_after_steps and steps_this_process >= cfg.debug.stop_after_steps
                 due = (
                     (ck.state_every_steps and trainer.step % ck.state_every_steps == 0)
@@ -511,12 +627,15 @@ def train(cfg: RunConfig) -> Path:
                         and time.monotonic() - last_state_time > 60 * ck.wall_clock_minutes)
                     or flag.received or stop
                 )
+                # Decided together: saving is a collective, and a signal may reach one rank.
+                due = distributed.any_rank(bool(due), world)
+                preempted = distributed.any_rank(flag.received is not None, world)
                 if due and trainer.step < cfg.optim.steps:
-                    save_state(out, trainer.state_payload())
+                    trainer.save_state()
                     last_state_time = time.monotonic()
-                if flag.received and trainer.step < cfg.optim.steps:
+                if preempted and trainer.step < cfg.optim.steps:
                     status = "KILLED"
-                    raise Preempted(flag.received, trainer.step)
+                    raise Preempted(flag.received or "SIGTERM", trainer.step)
                 if stop and trainer.step < cfg.optim.steps:
                     status = "KILLED"
                     bar.close()
@@ -524,12 +643,14 @@ def train(cfg: RunConfig) -> Path:
             bar.close()
         status = "FINISHED"
     finally:
-        tracker.close(status)
+        if tracker:
+            tracker.close(status)
     # -- done: the final checkpoint and metrics are on disk; DONE goes last.
     if ck.keep_state:
-        save_state(out, trainer.state_payload())
-    else:
+        trainer.save_state()
+    elif world.main:
         (out / "state" / "resume.pt").unlink(missing_ok=True)
-    (out / "DONE").write_text(f"step {trainer.step}\n")
+    if world.main:
+        (out / "DONE").write_text(f"step {trainer.step}\n")
     return out
 

@@ -70,18 +70,23 @@ class Reference:
         self.optimizer_steps_since = 0
         self.kl_average = None
 
-    def state_dict(self) -> dict:
-        """Counters, and the weights when they differ from the initial policy (resume)."""
+    def state_dict(self, weights=None) -> dict:
+        """Counters, and the weights when they differ from the initial policy (resume).
+        `weights(model)` reads them (default: a CPU copy of the state dict; the trainer
+        passes a gatherer for sharded models)."""
         state = {"updates": self.updates, "optimizer_steps_since": self.optimizer_steps_since,
                  "kl_average": self.kl_average}
         if self.model is not None and self.updates > 0:
-            state["weights"] = {k: v.detach().cpu().clone()
-                                for k, v in self.model.state_dict().items()}
+            state["weights"] = (weights(self.model) if weights else
+                                {k: v.detach().cpu().clone()
+                                 for k, v in self.model.state_dict().items()})
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, load=None) -> None:
+        """Counters and weights back; `load(model, weights)` writes the weights (default:
+        `model.load_state_dict`)."""
         self.updates = state["updates"]
         self.optimizer_steps_since = state["optimizer_steps_since"]
         self.kl_average = state["kl_average"]
         if "weights" in state:
-            self.model.load_state_dict(state["weights"])
+            (load or (lambda m, w: m.load_state_dict(w)))(self.model, state["weights"])

@@ -47,7 +47,7 @@ def test_token_budget_gives_the_gradient_of_one_unsplit_batch(make_cfg):
         trainer = Trainer(cfg)
         rollout = trainer.collect()
         batch = rollout.batch
-        old, _ = trainer.logprobs_no_grad(trainer.model, batch, with_entropy=False)
+        old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
         # a perturbed policy, so that w != 1 and the clip and KL terms act
         with torch.no_grad():
             for p in trainer.model.parameters():
@@ -57,7 +57,7 @@ def test_token_budget_gives_the_gradient_of_one_unsplit_batch(make_cfg):
         rows = torch.arange(batch.input_ids.shape[0])
         loss, _ = trainer.accumulate_gradients(batch, rows, old, None, adv)
         grads = [p.grad.clone() for p in trainer.model.parameters()]
-        logp, _ = trainer.logprobs_no_grad(trainer.model, batch, with_entropy=False)
+        logp, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
         return loss, grads, logp, batch
 
     loss_a, grads_a, logp_a, batch = grads_and_logps()

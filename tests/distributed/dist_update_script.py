@@ -1,0 +1,50 @@
+"""One update on a fixed global batch, at whatever world size this is launched with.
+
+    python tests/distributed/dist_update_script.py CONFIG OUT          # world size 1
+    torchrun --nproc-per-node 2 tests/distributed/dist_update_script.py CONFIG OUT
+
+The batch (prompts, responses, rewards) is built from a fixed seed, identically on every
+rank; rank 0 saves the loss metrics and the full updated weights to OUT (torch.save).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from algorithms import compute_advantages
+from trainer import distributed
+from trainer.config import load_run_config
+from trainer.logprobs import pack
+from trainer.loop import Trainer
+
+
+def fixed_batch(vocab: int, rows: int, n: int, device):
+    gen = torch.Generator().manual_seed(1234)
+    prompts, responses = [], []
+    for _ in range(rows):
+        p = torch.randint(4, vocab, (int(torch.randint(3, 9, (1,), generator=gen)),), generator=gen)
+        r = torch.randint(4, vocab, (int(torch.randint(1, 13, (1,), generator=gen)),), generator=gen)
+        prompts.append(p.tolist())
+        responses.append(r.tolist())
+    rewards = torch.randint(0, 2, (rows,), generator=gen).float() * 2 - 1
+    groups = torch.arange(rows // n).repeat_interleave(n)
+    return pack(prompts, responses, pad_id=0).to(device), rewards.to(device), groups.to(device)
+
+
+def main(config: str, out: str) -> None:
+    trainer = Trainer(load_run_config(config))
+    trainer.step = 1
+    batch, rewards, groups = fixed_batch(trainer.model.config.vocab_size, 16, 4, trainer.device)
+    old_logp, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+    adv = compute_advantages(rewards, groups, trainer.method.advantage, mask=batch.response_mask)
+    metrics = trainer.update(batch, old_logp, None, adv)
+    weights = distributed.model_state(trainer.policy)
+    if trainer.world.main:
+        torch.save({"metrics": metrics, "weights": weights, "old_logp": old_logp}, out)
+    distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

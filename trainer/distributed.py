@@ -1,0 +1,184 @@
+"""Data parallelism for the trainer: one process = one rank, PyTorch FSDP2 under torchrun.
+
+    torchrun --nproc-per-node 2 -m trainer --config run.yaml     # gloo on CPU, nccl on GPU
+    python -m trainer --config run.yaml                           # world size 1: no group
+
+The contract (the update equals the single-process update on the same global batch):
+every rank draws the same global prompts and generates its contiguous share; the kept
+groups are gathered to every rank in rank order, so each rank holds the whole batch in
+the single-process order; forward/backward work is split by rows (`share`), and every
+statistic that crosses rows is reduced over ranks (`all_sum`, `all_max`). FSDP2 averages
+gradients over ranks, so each rank's loss is scaled by the world size to sum them instead.
+FSDP2 runs collectives in every forward, so ranks must make the same number of forward
+calls: micro-batch counts are padded to the largest rank's (`pad_to`), and generation
+runs on unsharded weights (`unsharded`), where ranks may decode different lengths.
+Rank 0 alone writes files; `model_state` gathers the full weights for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# A rank that waits this long in a collective gives up (torchrun ends the job sooner when a
+# peer process exits). Generous: a rank may be generating while another waits.
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the only writer of metrics, MLflow, checkpoints and DONE."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+
+def init(device_type: str) -> World:
+    """Join torchrun's process group (env RANK, WORLD_SIZE, LOCAL_RANK); a plain process is
+    world size 1 and creates no group."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return World()
+    world = World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(world.local_rank)
+        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+    return world
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shard(model: torch.nn.Module, world: World, device_type: str) -> torch.nn.Module:
+    """FSDP2: `fully_shard` each decoder layer, then the root (embeddings, norm, head).
+
+    Parameters stay in their storage dtype (float32 master weights and AdamW states,
+    sharded); compute runs under the trainer's autocast (bf16 on GPU). Gradients are
+    reduced in float32.
+    """
+    if not world.distributed:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device_type, (world.size,))
+    layers = getattr(model.get_decoder(), "layers", None)
+    if layers is None:
+        raise TypeError(f"{type(model).__name__}: no decoder `layers` to shard")
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+@contextlib.contextmanager
+def unsharded(model: torch.nn.Module, world: World):
+    """Full weights on every rank for the duration (generation): one all-gather in, no
+    collective per forward inside, so ranks may run different numbers of forwards."""
+    if not world.distributed:
+        yield
+        return
+    model.set_reshard_after_forward(False, recurse=True)
+    model.unshard()
+    try:
+        yield
+    finally:
+        model.reshard()
+        model.set_reshard_after_forward(True, recurse=True)
+
+
+def share(rows: torch.Tensor, world: World) -> torch.Tensor:
+    """This rank's rows of a global index list (strided, so shares differ by at most one)."""
+    return rows[world.rank :: world.size]
+
+
+def all_sum(x: torch.Tensor, world: World) -> torch.Tensor:
+    if world.distributed:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def all_max(x: torch.Tensor, world: World) -> torch.Tensor:
+    if world.distributed:
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return x
+
+
+def pad_to(count: int, world: World) -> int:
+    """The largest `count` over ranks (so every rank makes that many forward calls)."""
+    if not world.distributed:
+        return count
+    return int(all_max(torch.tensor([count]), world))
+
+
+def gather(obj, world: World) -> list:
+    """Every rank's picklable `obj`, in rank order, on every rank."""
+    if not world.distributed:
+        return [obj]
+    out: list = [None] * world.size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def any_rank(flag: bool, world: World) -> bool:
+    """True on every rank if it is true on any (e.g. a preemption signal)."""
+    return bool(all_max(torch.tensor([int(flag)]), world)) if world.distributed else flag
+
+
+def model_state(module: torch.nn.Module) -> dict:
+    """The full (unsharded) weights on CPU, keyed like `module.state_dict()`; a collective
+    under FSDP2. The same format at every world size, so a state saved at world size 2
+    resumes at world size 1 and back."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True,
+                                                                 cpu_offload=True))
+
+
+def load_model_state(module: torch.nn.Module, state: dict) -> None:
+    """Load full weights (every rank passes the same dict) into a plain or sharded module."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True))
+
+
+def optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The full optimizer state keyed by parameter names (world-size independent)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+    )
+
+    return get_optimizer_state_dict(module, optimizer, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+
+
+def load_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                         state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_optimizer_state_dict,
+    )
+
+    set_optimizer_state_dict(module, optimizer, state,
+                             options=StateDictOptions(full_state_dict=True))
+
