@@ -30,9 +30,15 @@ def _train(args) -> int:
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent
     from trainer import distributed
+    from trainer.deadline import job_deadline
 
     try:
-        out = train(cfg)
+        deadline = job_deadline(args.deadline)
+    except ValueError as e:
+        print(f"error: --deadline: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = train(cfg, deadline=deadline)
     finally:
         distributed.shutdown()
     print(f"[trainer] run directory: {out}")
@@ -75,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train or resume one run")
     p.add_argument("--config", required=True, help="run config YAML (trainer.config.RunConfig)")
+    p.add_argument("--deadline", default=None,
+                   help="the job's end (epoch seconds or ISO 8601; default: SLURM_JOB_END_TIME)"
+                   ": save and exit 75 before a step that would not finish")
     p.add_argument("--parent-run-id-file", default=None,
                    help="file holding an MLflow parent run id (the sweep's); missing/empty: none")
     p.set_defaults(func=_train)

@@ -148,6 +148,9 @@ class CheckpointConfig(_Section):
     )
     save_dtype: Literal["same", "float32", "bfloat16", "float16"] = "same"
     keep_state: bool = Field(False, description="keep state/ after the run is DONE")
+    deadline_margin_s: float = Field(
+        60.0, ge=0, description="with a job deadline (--deadline or SLURM_JOB_END_TIME): "
+        "stop this long before it, on top of the longest step and state save seen")
 
 
 class TrackingConfig(_Section):

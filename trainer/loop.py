@@ -43,6 +43,7 @@ from trainer.checkpoint import (
     save_state,
 )
 from trainer.config import RunConfig, dump_run_config
+from trainer.deadline import Deadline
 from trainer.logprobs import PackedBatch, PolicyLogProbs, micro_batches, pack
 from trainer.reference import Reference
 from trainer.rollout import make_engine
@@ -581,8 +582,11 @@ def _write_config(out: Path, cfg: RunConfig, config_yaml: str) -> None:
     write_atomic(path, config_yaml)
 
 
-def train(cfg: RunConfig) -> Path:
-    """Run (or resume) one training run; returns the run directory. See the module doc."""
+def train(cfg: RunConfig, deadline: float | None = None) -> Path:
+    """Run (or resume) one training run; returns the run directory. See the module doc.
+
+    deadline: the job's end (epoch seconds; trainer.deadline): the run saves its state and
+    exits 75 before a step that would not finish in time."""
     out = Path(cfg.out_dir)
     if (out / "DONE").exists():
         print(f"[trainer] {out} is already DONE; nothing to do")
@@ -602,11 +606,20 @@ def train(cfg: RunConfig) -> Path:
     try:
         last_state_time = time.monotonic()
         steps_this_process = 0
+        clock = Deadline(deadline, margin_s=ck.deadline_margin_s)
         with PreemptionFlag() as flag:
             bar = tqdm(total=cfg.optim.steps, initial=trainer.step, desc=cfg.run_id,
                        disable=not (cfg.tracking.progress and world.main), unit="step")
             while trainer.step < cfg.optim.steps:
+                if distributed.any_rank(clock.must_stop(time.time()), world):
+                    trainer.save_state()
+                    status = "KILLED"
+                    print(f"[trainer] the next step would end past the deadline: state saved "
+                          f"at step {trainer.step}; rerun to resume")
+                    raise Preempted("deadline", trainer.step)
+                t_step = time.monotonic()
                 metrics = trainer.run_step()
+                clock.record_step(time.monotonic() - t_step)
                 steps_this_process += 1
                 if tracker:
                     tracker.log(trainer.step, metrics)
@@ -631,8 +644,10 @@ def train(cfg: RunConfig) -> Path:
                 due = distributed.any_rank(bool(due), world)
                 preempted = distributed.any_rank(flag.received is not None, world)
                 if due and trainer.step < cfg.optim.steps:
+                    t_save = time.monotonic()
                     trainer.save_state()
                     last_state_time = time.monotonic()
+                    clock.record_save(last_state_time - t_save)
                 if preempted and trainer.step < cfg.optim.steps:
                     status = "KILLED"
                     raise Preempted(flag.received or "SIGTERM", trainer.step)
