@@ -5,8 +5,9 @@
     python -m trainer tiny --out DIR [--sft-steps N]    # build + warm-start the tiny model
     python -m trainer heldout --model DIR [--n 4 | --greedy]   # toy held-out accuracy
 
-Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config, 75 preempted
-(SIGTERM/SIGUSR1: resume state saved; rerun the same command to continue), 1 other errors.
+Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config or a refused resume
+state, 75 preempted (SIGTERM/SIGUSR1: resume state saved; rerun the same command to continue),
+1 other errors.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 
 
 def _train(args) -> int:
+    from trainer.checkpoint import UnsafeStateError
     from trainer.config import load_run_config
     from trainer.loop import train
 
@@ -29,7 +31,11 @@ def _train(args) -> int:
     parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent
-    out = train(cfg)
+    try:
+        out = train(cfg)
+    except UnsafeStateError as e:  # a resume file that would need unpickling: refused
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"[trainer] run directory: {out}")
     return 0
 
