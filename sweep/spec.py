@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -92,6 +93,16 @@ class MlflowSpec(Strict):
     enabled: bool = True
     uri: str | None = Field(None, description="default sqlite:///results/<name>/mlflow.db")
     experiment: str | None = Field(None, description="default: the sweep name")
+
+    @field_validator("uri")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        # The URI is copied into every run config and MLflow param: a password in it leaks.
+        if v and urlsplit(v).password is not None:
+            raise ValueError("the URI holds a password (user:password@host); remove it and set "
+                             "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the "
+                             "environment instead")
+        return v
 
 
 class JobResources(Strict):

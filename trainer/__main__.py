@@ -5,8 +5,9 @@
     python -m trainer tiny --out DIR [--sft-steps N]    # build + warm-start the tiny model
     python -m trainer heldout --model DIR [--n 4 | --greedy]   # toy held-out accuracy
 
-Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config, 75 preempted
-(SIGTERM/SIGUSR1: resume state saved; rerun the same command to continue), 1 other errors.
+Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config or a refused resume
+state, 75 preempted (SIGTERM/SIGUSR1: resume state saved; rerun the same command to continue),
+1 other errors.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 
 
 def _train(args) -> int:
+    from trainer.checkpoint import UnsafeStateError
     from trainer.config import load_run_config
     from trainer.loop import train
 
@@ -39,6 +41,9 @@ def _train(args) -> int:
         return 2
     try:
         out = train(cfg, deadline=deadline)
+    except UnsafeStateError as e:  # a resume file that would need unpickling: refused
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     finally:
         distributed.shutdown()
     print(f"[trainer] run directory: {out}")

@@ -3,8 +3,9 @@
 Layout under the run directory:
     checkpoints/step_<N>/    model (safetensors) + tokenizer + run config, written to a temp
                              dir then renamed, so a visible step_<N> is always complete
-    state/resume.pt          one resume state (weights, optimizer, scheduler, RNG states,
-                             data position, reference, counters), temp file + os.replace
+    state/resume.pt          one resume state (weights, optimizer, RNG states,
+                             data position, reference, counters), temp file + os.replace;
+                             tensors and plain values only, loaded with weights_only=True
     DONE                     written last
 
 Preemption: SIGTERM and SIGUSR1 (SLURM's warning signals) set a flag; the loop finishes
@@ -15,7 +16,9 @@ EX_TEMPFAIL: "try again"), so a scheduler can requeue and the next start resumes
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -50,24 +53,54 @@ def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
     return path
 
 
+class UnsafeStateError(ValueError):
+    """A resume state that would need arbitrary unpickling to load: refused, never executed."""
+
+
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.random.get_rng_state()}
+    """The global RNG states as tensors and plain values, so the state loads with weights_only.
+
+    Python's Mersenne Twister state (625 words < 2**32) and numpy's key (624 uint32 words) go
+    into int64 tensors; torch's (and CUDA's) states are already byte tensors.
+    """
+    version, internal, gauss_next = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
+        "numpy": {"bit_generator": np_state["bit_generator"],
+                  "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+                  "pos": int(np_state["state"]["pos"]),
+                  "has_gauss": int(np_state["has_gauss"]), "gauss": float(np_state["gauss"])},
+        "torch": torch.random.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore the global RNG states written by `rng_state`."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["internal"].tolist()), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state({
+        "bit_generator": npy["bit_generator"],
+        "state": {"key": npy["key"].numpy().astype(np.uint32), "pos": npy["pos"]},
+        "has_gauss": npy["has_gauss"], "gauss": npy["gauss"],
+    })
     torch.random.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_state(out_dir: Path, payload: dict) -> Path:
-    """Write the resume state atomically: a reader sees the old state or the new, never half."""
+    """Write the resume state atomically: a reader sees the old state or the new, never half.
+
+    The payload must hold only tensors, numbers, strings, None, and dicts/lists/tuples of
+    them (what `torch.load(..., weights_only=True)` accepts); `load_state` refuses anything
+    else, so a state that could not be loaded back is never written.
+    """
     state_dir = Path(out_dir) / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
     final = state_dir / STATE_FILE
@@ -78,12 +111,24 @@ def save_state(out_dir: Path, payload: dict) -> Path:
 
 
 def load_state(out_dir: Path) -> dict | None:
-    """The resume state, or None when the run has none. Restores the global RNG states."""
+    """The resume state, or None when the run has none. Restores the global RNG states.
+
+    The file is data: it loads with `weights_only=True` (tensors and plain values), so a
+    state planted by someone else (a shared scratch directory, a copied run) cannot run
+    code. A file that needs any other unpickling is refused with `UnsafeStateError`.
+    """
     path = Path(out_dir) / "state" / STATE_FILE
     if not path.exists():
         return None
-    # weights_only=False: the state holds Python RNG tuples and numpy arrays written by us.
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        what = f"it needs {found.group(1)}" if found else "it holds more than tensors and plain values"
+        raise UnsafeStateError(
+            f"{path}: refused to load this resume state ({what}; resume files are data, and "
+            "unpickling anything else could run code); if you did not expect this file, "
+            f"delete {path.parent} and rerun to start the run over from step 0") from None
     set_rng_state(state["rng"])
     return state
 
