@@ -83,10 +83,11 @@ def load_policy(model_cfg, device: torch.device):
     if not model_cfg.path:
         raise ValueError("model.path is required (an HF model directory or hub id; for the "
                          "tiny default build one with `python -m trainer tiny --out DIR`)")
-    tokenizer = AutoTokenizer.from_pretrained(model_cfg.path)
+    # Never the model repository's own code: checkpoints are data (README "Security").
+    tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    kwargs = {"dtype": torch_dtype(model_cfg.dtype)}
+    kwargs = {"dtype": torch_dtype(model_cfg.dtype), "trust_remote_code": False}
     if model_cfg.attn_implementation:
         kwargs["attn_implementation"] = model_cfg.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(model_cfg.path, **kwargs).to(device)
