@@ -414,17 +414,27 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return keys
 
 
-def _write_config(out: Path, cfg: RunConfig, config_yaml: str) -> None:
+# Differs on every `snakemake` invocation by design (a new parent run each time) and changes
+# nothing: a resumed run keeps its MLflow run and that run's parent.
+_BOOKKEEPING_KEYS = ("tracking.parent_run_id",)
+
+
+def _write_config(out: Path, cfg: RunConfig, config_yaml: str, *, resumed: bool) -> None:
     import yaml
 
     path = out / "config.yaml"
     if path.exists():
-        changed = _changed_keys(yaml.safe_load(path.read_text()) or {},
-                                cfg.model_dump(mode="json"))
-        if changed:
+        changed = [k for k in _changed_keys(yaml.safe_load(path.read_text()) or {},
+                                            cfg.model_dump(mode="json"))
+                   if k not in _BOOKKEEPING_KEYS]
+        if changed and resumed:
             warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
                           "the new config wins (the saved state still sets weights, optimizer, "
                           "RNG and data position)", stacklevel=3)
+        elif changed:
+            warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
+                          "there is no resume state, so the run starts again from step 0 "
+                          "with the new config", stacklevel=3)
     write_atomic(path, config_yaml)
 
 
@@ -437,7 +447,7 @@ def train(cfg: RunConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tune_cpu_runtime()
     trainer = Trainer(cfg)
-    _write_config(out, cfg, trainer.config_yaml)
+    _write_config(out, cfg, trainer.config_yaml, resumed=trainer.step > 0)
     ck = cfg.checkpoint
     save_dtype = None if ck.save_dtype == "same" else torch_dtype(ck.save_dtype)
     tracker = Tracker(out, cfg.tracking, resume_step=trainer.step, run_name=cfg.run_id,
@@ -477,6 +487,8 @@ def train(cfg: RunConfig) -> Path:
                     last_state_time = time.monotonic()
                 if flag.received and trainer.step < cfg.optim.steps:
                     status = "KILLED"
+                    print(f"[trainer] preempted ({flag.received}) at step {trainer.step}, "
+                          "state saved, rerun to resume", flush=True)
                     raise Preempted(flag.received, trainer.step)
                 if stop and trainer.step < cfg.optim.steps:
                     status = "KILLED"
@@ -491,6 +503,8 @@ def train(cfg: RunConfig) -> Path:
         save_state(out, trainer.state_payload())
     else:
         (out / "state" / "resume.pt").unlink(missing_ok=True)
+        if (out / "state").is_dir() and not any((out / "state").iterdir()):
+            (out / "state").rmdir()  # an empty state/ would suggest something to resume
     (out / "DONE").write_text(f"step {trainer.step}\n")
     return out
 
