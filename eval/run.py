@@ -239,11 +239,6 @@ def prepare(cfg: EvalConfig) -> Prepared:
         cfg = cfg.model_copy(update={"step": infer_step(cfg.checkpoint)})
     if cfg.mlflow_run_id is not None and cfg.mlflow_uri is None:
         raise ValueError("--mlflow-run-id needs --mlflow-uri (the store holding that run)")
-    if cfg.mlflow_uri is not None and cfg.mlflow_run_id is None:
-        # Training could not reach MLflow: evaluate anyway, a later sync attaches the result.
-        warnings.warn(f"no MLflow run id for {cfg.mlflow_uri} (training could not create the "
-                      "run); evaluating without MLflow", stacklevel=2)
-        _note_pending(cfg, "evaluation: no MLflow run id")
     ckpt = check_checkpoint(cfg.checkpoint)
     bench = load_benchmark(cfg.benchmark, path=cfg.benchmark_file, limit=cfg.limit)
     return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt))
@@ -280,7 +275,13 @@ def execute(prep: Prepared) -> dict:
     write_atomic(out / f"{bench.name}.jsonl", lines)
     # The summary goes last: its presence means the per-sample file is complete too.
     write_atomic(out / f"{bench.name}.json", json.dumps(summary, indent=2) + "\n")
-    if cfg.mlflow_uri is not None and cfg.mlflow_run_id is not None:
+    if cfg.mlflow_uri is not None and cfg.mlflow_run_id is None:
+        # Training could not reach MLflow, so there is no run to log into: the files are
+        # written anyway and a later sync (python -m sweep mlflow-sync) attaches them.
+        warnings.warn(f"no MLflow run id for {cfg.mlflow_uri} (training could not create the "
+                      "run); the results are on disk only, for now", stacklevel=2)
+        _note_pending(cfg, f"evaluation {bench.name} step {cfg.step}: no MLflow run id")
+    elif cfg.mlflow_uri is not None:
         if not log_to_mlflow(summary, cfg.mlflow_uri, cfg.mlflow_run_id):
             _note_pending(cfg, f"evaluation {bench.name} step {cfg.step}: MLflow logging failed")
     return summary

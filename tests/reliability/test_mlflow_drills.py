@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -178,7 +179,8 @@ def mlflow_server(tmp_path):
         [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
          "--port", str(port), "--workers", "1", "--backend-store-uri",
          f"sqlite:///{store / 'mlflow.db'}", "--artifacts-destination", str(store / "artifacts")],
-        cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)  # its own process group: the server and its workers
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -192,8 +194,12 @@ def mlflow_server(tmp_path):
                 time.sleep(0.5)
         yield uri, store / "artifacts"
     finally:
-        proc.terminate()
-        proc.wait(30)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 def test_tracking_server_keeps_artifacts_in_its_own_store(tmp_path, mlflow_server, monkeypatch):

@@ -6,7 +6,13 @@ from snakemake.utils import validate
 from sweep import SweepError, parse_sweep
 from sweep import expand as expand_sweep  # snakemake's own `expand` stays usable
 from sweep.checks import check_inputs
-from sweep.runconfig import eval_args, initial_eval_args, report_paper_args, run_config
+from sweep.runconfig import (
+    eval_args,
+    initial_eval_args,
+    initial_model,
+    report_paper_args,
+    run_config,
+)
 from sweep.tracking import pending_digest, pending_runs
 
 SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/default.yaml"
@@ -44,13 +50,13 @@ REPORT = f"{OUT}/report.md"
 # local model (the tiny default or a directory); a hub id is not a checkpoint directory.
 INITIAL_EVALS = (
     [f"{OUT}/initial/eval/step_0/{bench}.json" for bench in BENCHES]
-    if SWEEP.eval.initial and initial_eval_args(SWEEP, BENCHES[0]) is not None
+    if SWEEP.eval.initial and initial_model(SWEEP) is not None
     else []
 )
 # Runs whose jobs could not reach MLflow (README, "What we survive"): this invocation
-# attaches them (rule mlflow_sync) after the report.
-# The stamp is named by the pending notes' content, and a failed sync appends to them, so
-# every invocation with something pending runs the sync again.
+# attaches them (rule mlflow_sync) after the report. The stamp is named by the pending notes'
+# content, and a failed sync appends to them, so each invocation with something pending
+# runs the sync again.
 PENDING = pending_runs(OUT) if SWEEP.mlflow.enabled else []
 SYNC_STAMPS = [f"{OUT}/logs/mlflow_sync/{pending_digest(PENDING)}.done"] if PENDING else []
 if PENDING:
