@@ -28,3 +28,4 @@ rule all:
     default_target: True
     input:
         REPORT,
+        SYNC_STAMPS,

@@ -30,6 +30,8 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
+from eval.files import INITIAL_DIR
+
 # ---------------------------------------------------------------------------------------
 # Metric metadata
 # ---------------------------------------------------------------------------------------
@@ -119,7 +121,8 @@ _TRAIN_METRICS = [
     _m("time_update", "Update time", None, "sum", "seconds", 2, "seconds in updates"),
     _m("time_step", "Step time", None, "sum", "seconds", 2, "seconds per step"),
     _m("tokens_per_sec", "Tokens/s", True, "mean", "float", 1, "training throughput"),
-    _m("nonfinite_skips", "Non-finite skips", False, "sum", "int", 0, "skipped updates"),
+    _m("nonfinite_skips", "Non-finite skips", False, "last", "int", 0,
+       "skipped updates so far (the trainer logs a running total)"),
     _m("ref_updates", "Reference updates", None, "last", "int", 0, "reference refreshes so far"),
 ]
 
@@ -132,6 +135,7 @@ _EVAL_METRICS = [
     _m("mean_ci95_high", "Mean@n CI95 high", None, "last", "percent", 2, "bootstrap 95% high"),
     _m("extract_fail_rate", "Extraction failures", False, "last", "percent", 2, "no answer"),
     _m("timeout_rate", "Grader timeouts", False, "last", "percent", 2, "grading timed out"),
+    _m("error_rate", "Grader errors", False, "last", "percent", 2, "grading raised an error"),
     _m("truncation_rate", "Truncated", False, "last", "percent", 2, "hit max_new_tokens"),
     _m("n", "Samples per problem", None, "last", "int", 0, "n of Mean@n"),
     _m("num_problems", "Problems", None, "last", "int", 0, "problems in the benchmark"),
@@ -364,6 +368,14 @@ def collect(sweep_dir: str | Path, *, progress: bool = False) -> Collection:
         for tag in tags:  # a run without a tag gets "" rather than NaN: groupby-safe
             df[tag] = df[tag].fillna("").astype(str)
     return Collection(sweep_dir, runs, train, evals, warn.messages)
+
+
+def collect_initial(sweep_dir: str | Path) -> pd.DataFrame:
+    """Evaluation rows (step 0) of the sweep's initial model, from
+    `<sweep_dir>/initial/eval/step_0/<bench>.json`; empty when it was not evaluated."""
+    warn = _Warner()
+    rows = _read_evals(Path(sweep_dir) / INITIAL_DIR, warn)
+    return _frame(rows, ["step", "benchmark", "scorer"])
 
 
 def collect_runs(sweep_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:

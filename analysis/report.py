@@ -7,6 +7,7 @@
 Writes under `--out`:
   tables/runs.csv, tables/train_metrics.csv, tables/eval_metrics.csv   tidy collections
   tables/last_best_<scorer>.{csv,md,tex}                               Table-3-style tables
+      (report.md adds the initial model's step-0 row from <sweep_dir>/initial/, if evaluated)
   tables/paper_vs_ours.{csv,md}                                        when a setting matches
   plots/accuracy_<scorer>.{png,pdf}, plots/training.{png,pdf}          curves
   report.md                                                            written last, atomically
@@ -24,9 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import Collection, collect, metric_meta
+from analysis.collect import Collection, collect, collect_initial, metric_meta
 from analysis.plots import write_plots
 from analysis.tables import (
+    BENCHMARK_DISPLAY,
+    benchmark_order,
     last_best_table,
     load_reference,
     paper_vs_ours,
@@ -138,6 +141,33 @@ def embed_markdown(text: str, source_dir: Path, out_dir: Path, shift: int = 2) -
     return "\n".join(out) + "\n"
 
 
+def drop_title(text: str, title: str) -> str:
+    """`text` without a leading `# <title>` heading: a document embedded under a section of
+    the same name would otherwise repeat it one level down."""
+    lines = text.lstrip("\n").splitlines()
+    if lines and lines[0].lstrip("#").strip() == title and lines[0].startswith("#"):
+        return "\n".join(lines[1:]).lstrip("\n") + "\n"
+    return text
+
+
+def initial_rows(initial: pd.DataFrame, scorer: str) -> list[str]:
+    """Markdown lines: the initial model's (step 0) Mean@n per benchmark for `scorer`, the
+    baseline the Last/Best numbers above it gained from; [] when it was not evaluated."""
+    rows = initial[initial["scorer"] == scorer] if not initial.empty else initial
+    if rows.empty:
+        return []
+    meta = metric_meta("mean")
+    benches = benchmark_order(rows["benchmark"])
+    by_bench = rows.set_index("benchmark")["mean"]
+    header = ["Model", *(BENCHMARK_DISPLAY.get(b, b) for b in benches)]
+    cells = ["Initial model (step 0)", *(meta.format(float(by_bench[b])) for b in benches)]
+    return [
+        "The model every run starts from, evaluated the same way before any RL step:",
+        "",
+        _md_table(header, [cells]),
+    ]
+
+
 def run_summary(col: Collection) -> list[list[str]]:
     """Rows of the report's run table; training summaries use each metric's aggregation."""
     rows = []
@@ -185,6 +215,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     col.train.to_csv(tables_dir / "train_metrics.csv", index=False)
     col.eval.to_csv(tables_dir / "eval_metrics.csv", index=False)
     table_files = write_last_best_tables(col.eval, tables_dir)
+    initial = collect_initial(opts.sweep_dir)
     plot_files = write_plots(col.train, col.eval, plots_dir, smooth=opts.smooth)
 
     md: list[str] = [f"# Report: {opts.sweep_dir.resolve().name}", ""]
@@ -236,6 +267,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
             f"### Scorer `{scorer}`",
             "",
             render_markdown(last_best_table(col.eval, scorer)),
+            *initial_rows(initial, scorer),
             "Files: "
             + ", ".join(f"[{ext.upper()}]({_rel(p, out)})" for ext, p in paths.items())
             + ".",
@@ -252,10 +284,11 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
         md += [f"![{name}]({_rel(png, out)})", "", f"[PDF]({_rel(pdf, out)})", ""]
 
     if opts.audit_dir is not None:
-        md += ["## Exact-gradient audit", ""]
+        title = "Exact-gradient audit"
+        md += [f"## {title}", ""]
         audit = opts.audit_dir / "audit.md"
         if audit.is_file():
-            md.append(embed_markdown(audit.read_text(), opts.audit_dir, out))
+            md.append(embed_markdown(drop_title(audit.read_text(), title), opts.audit_dir, out))
         else:
             md += [f"`{audit}` not found; run `python -m algorithms.audit` first.", ""]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -61,7 +62,8 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlflow-run-id", default=None)
     p.add_argument("--mlflow-run-id-file", default=None,
                    help="read the run id from this file (the trainer writes <run>/mlflow_run_id);"
-                   " a missing or empty file means no MLflow logging")
+                   " with --mlflow-uri, a missing or empty file (training could not reach MLflow)"
+                   " means no MLflow logging, noted in <run>/mlflow_pending for a later sync")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
 
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     id_file = options.pop("mlflow_run_id_file")
     if id_file and not options["mlflow_run_id"]:
         options["mlflow_run_id"] = read_run_id(id_file)
+        # the run directory: where a failed mirror is noted for `python -m sweep mlflow-sync`
+        options["mlflow_pending_dir"] = str(Path(id_file).parent)
     try:
         prepared = prepare(EvalConfig(**options))
     except ValidationError as err:

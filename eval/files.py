@@ -1,11 +1,14 @@
-"""Small file helpers: atomic writes (a crash never leaves a half-written file) and the
-run-id files the workflow passes between jobs."""
+"""Small file helpers: atomic writes (a crash never leaves a half-written file), the
+run-id files the workflow passes between jobs, and where a sweep keeps the evaluation of
+its initial model."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+INITIAL_DIR = "initial"  # results/<sweep>/initial/eval/step_0/<bench>.json: the initial model
 
 
 def write_atomic(path: Path, text: str) -> None:

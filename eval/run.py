@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
-from eval import grading, metrics
+from eval import grading, metrics, tracking
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
 from eval.files import write_atomic
 from eval.prompts import TEMPLATES, build_prompt
@@ -55,7 +55,8 @@ class EvalConfig(BaseModel):
     device: str = "auto"  # hf backend
     dtype: str = "auto"
     mlflow_uri: str | None = None
-    mlflow_run_id: str | None = None
+    mlflow_run_id: str | None = None  # null with a URI: no MLflow, noted in mlflow_pending_dir
+    mlflow_pending_dir: str | None = None  # run dir where a failed mirror is noted for a sync
     progress: bool = True
 
     @field_validator("benchmark")
@@ -186,29 +187,36 @@ def build_summary(
     }
 
 
-def log_to_mlflow(summary: dict, uri: str, run_id: str) -> None:
-    """Mirror summary metrics into an existing MLflow run as eval/<bench>/<scorer>/<key>.
+def summary_metrics(summary: dict) -> dict[str, float]:
+    """The MLflow metrics of one summary, `eval/<bench>/<scorer>/<key>` (MLflow metric
+    names allow "/" but not "@", hence pass_at_k rather than pass@k)."""
+    bench = summary["benchmark"]
+    values = {f"eval/{bench}/truncation_rate": summary["truncation_rate"]}
+    for scorer, keys in summary["scorers"].items():
+        for key, value in keys.items():
+            values[f"eval/{bench}/{scorer}/{key}"] = value
+    return values
 
-    Never raises: MLflow trouble only warns, the files on disk are the source of truth.
+
+def log_to_mlflow(summary: dict, uri: str, run_id: str) -> bool:
+    """Mirror summary metrics into an existing MLflow run at the summary's step.
+
+    Never raises: MLflow trouble only warns (and returns False); the files on disk are the
+    source of truth.
     """
     try:
-        import mlflow
         from mlflow.entities import Metric
-        from mlflow.tracking import MlflowClient
 
-        del mlflow  # imported only to fail early if missing
-        bench, step = summary["benchmark"], summary["step"] or 0
-        values = {f"eval/{bench}/truncation_rate": summary["truncation_rate"]}
-        for scorer, keys in summary["scorers"].items():
-            for key, value in keys.items():
-                values[f"eval/{bench}/{scorer}/{key}"] = value
-        # MLflow metric names allow "/" but not "@", hence pass_at_k not pass@k.
-        client = MlflowClient(tracking_uri=uri)
+        step = summary["step"] or 0
+        mlflow_client = tracking.client(uri)
         ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, step) for k, v in sorted(values.items())]
-        client.log_batch(run_id, metrics=batch)
+        batch = [Metric(k, float(v), ts, step) for k, v in sorted(summary_metrics(summary).items())]
+        mlflow_client.log_batch(run_id, metrics=batch)
     except Exception as err:  # noqa: BLE001 - logging must never fail an evaluation
-        warnings.warn(f"MLflow logging to {uri} run {run_id} failed: {err}", stacklevel=2)
+        first = tracking.short_error(err)
+        warnings.warn(f"MLflow logging to {uri} run {run_id} failed: {first}", stacklevel=2)
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -229,8 +237,8 @@ def prepare(cfg: EvalConfig) -> Prepared:
     """
     if cfg.step is None and infer_step(cfg.checkpoint) is not None:
         cfg = cfg.model_copy(update={"step": infer_step(cfg.checkpoint)})
-    if (cfg.mlflow_uri is None) != (cfg.mlflow_run_id is None):
-        raise ValueError("give both --mlflow-uri and --mlflow-run-id, or neither")
+    if cfg.mlflow_run_id is not None and cfg.mlflow_uri is None:
+        raise ValueError("--mlflow-run-id needs --mlflow-uri (the store holding that run)")
     ckpt = check_checkpoint(cfg.checkpoint)
     bench = load_benchmark(cfg.benchmark, path=cfg.benchmark_file, limit=cfg.limit)
     return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt))
@@ -267,9 +275,21 @@ def execute(prep: Prepared) -> dict:
     write_atomic(out / f"{bench.name}.jsonl", lines)
     # The summary goes last: its presence means the per-sample file is complete too.
     write_atomic(out / f"{bench.name}.json", json.dumps(summary, indent=2) + "\n")
-    if cfg.mlflow_uri is not None:
-        log_to_mlflow(summary, cfg.mlflow_uri, cfg.mlflow_run_id)
+    if cfg.mlflow_uri is not None and cfg.mlflow_run_id is None:
+        # Training could not reach MLflow, so there is no run to log into: the files are
+        # written anyway and a later sync (python -m sweep mlflow-sync) attaches them.
+        warnings.warn(f"no MLflow run id for {cfg.mlflow_uri} (training could not create the "
+                      "run); the results are on disk only, for now", stacklevel=2)
+        _note_pending(cfg, f"evaluation {bench.name} step {cfg.step}: no MLflow run id")
+    elif cfg.mlflow_uri is not None:
+        if not log_to_mlflow(summary, cfg.mlflow_uri, cfg.mlflow_run_id):
+            _note_pending(cfg, f"evaluation {bench.name} step {cfg.step}: MLflow logging failed")
     return summary
+
+
+def _note_pending(cfg: EvalConfig, reason: str) -> None:
+    if cfg.mlflow_pending_dir is not None:
+        tracking.mark_pending(cfg.mlflow_pending_dir, reason)
 
 
 def evaluate(cfg: EvalConfig) -> dict:

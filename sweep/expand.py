@@ -6,7 +6,8 @@ Rules (documented in README, "Sweeps"):
      divergence / form / ratio_level apply to RPG methods only; estimator / kl_placement /
      kl_importance_weight to penalty methods (objective ppo or reinforce) with a KL term;
      beta and reference to methods with a KL term; clip to every method.
-  3. An applicable combination that `LossConfig` rejects is dropped with its reason.
+  3. An applicable combination that `LossConfig` rejects is dropped with its reason; a value
+     that is invalid on its own (e.g. beta < 0) is an error.
   4. Two cells with the same resolved settings are one cell (the first name wins).
   5. A sweep left with no cell is an error. All of this happens before any job starts.
 Run ids are readable and stable: the same cell always maps to the same id, e.g.
@@ -132,9 +133,36 @@ def _apply(method: Method, combo: dict) -> Method:
     return with_overrides(method, loss=loss or None, **fields)
 
 
+def _check_values(axes: dict[str, list], source: str) -> None:
+    """Each loss-axis value must be valid on its own (LossConfig's field constraints, e.g.
+    beta >= 0): a bad value is an error, not a dropped cell. Rule 3 drops only combinations."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter
+
+    from algorithms.config import LossConfig
+
+    for name, values in axes.items():
+        if name not in LossConfig.model_fields:
+            continue
+        field_info = LossConfig.model_fields[name]
+        kind = field_info.annotation
+        if field_info.metadata:  # the field's own constraints, e.g. Ge(0) on beta
+            kind = Annotated[(kind, *field_info.metadata)]
+        adapter = TypeAdapter(kind)
+        for i, value in enumerate(values):
+            try:
+                adapter.validate_python(value)
+            except ValidationError as exc:
+                reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+                raise SweepError(f"{source}: axes.{name}[{i}]={value!r} is not a valid value "
+                                 f"({reason}); fix or remove it") from None
+
+
 def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], list[str]]:
     """All cells of `sweep` and the notes explaining collapsed axes and dropped cells."""
     axes = _jsonable(sweep.axes)
+    _check_values(axes, source)
     notes: list[str] = []
     cells: list[Cell] = []
     seen: dict[tuple, str] = {}

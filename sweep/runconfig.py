@@ -15,7 +15,8 @@ import yaml
 from snakemake.utils import update_config
 
 from algorithms import METHODS
-from eval.files import write_atomic
+from eval.files import INITIAL_DIR, write_atomic
+from eval.tracking import RUN_ID_FILE
 
 from .expand import LOSS_AXES, Cell, reference_settings
 from .spec import SweepConfig, SweepError
@@ -34,9 +35,10 @@ def run_dir(sweep: SweepConfig, run_id: str) -> Path:
     return sweep.out_dir / "runs" / run_id
 
 
-def run_config(sweep: SweepConfig, cell: Cell) -> dict:
-    """The resolved, validated trainer config (a plain dict) for one cell."""
-    from trainer.config import RunConfig
+def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
+    """The resolved, validated trainer config (a plain dict) for one cell; a bad key of the
+    sweep's `base` is a one-line SweepError naming `source` and the key."""
+    from trainer.config import parse_run_config
 
     base = dict(sweep.base)
     model = dict(base.get("model", {}))
@@ -66,9 +68,9 @@ def run_config(sweep: SweepConfig, cell: Cell) -> dict:
     }
     resolved = merged(base, cell_part)
     try:
-        cfg = RunConfig.model_validate(resolved)
+        cfg = parse_run_config(resolved, f"{source}: base (cell {cell.run_id})")
     except ValueError as exc:
-        raise SweepError(f"base config of sweep {sweep.name!r} (cell {cell.run_id}): {exc}") from None
+        raise SweepError(str(exc)) from None
     return cfg.model_dump(mode="json")
 
 
@@ -77,14 +79,12 @@ def write_run_config(path: str | Path, cfg: dict) -> None:
     write_atomic(Path(path), yaml.safe_dump(cfg, sort_keys=False))
 
 
-def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:
-    """The `python -m eval` arguments for one (run, step, benchmark) job."""
+def _eval_args(sweep: SweepConfig, checkpoint: str, out: Path, step: int, bench: str) -> list[str]:
     spec = sweep.eval
-    rdir = run_dir(sweep, run_id)
     args = [
-        "--checkpoint", str(rdir / "checkpoints" / f"step_{step}"),
+        "--checkpoint", checkpoint,
         "--benchmark", bench,
-        "--out", str(rdir / "eval" / f"step_{step}"),
+        "--out", str(out),
         "--step", str(step),
         "--n", str(spec.n),
         "--temperature", str(spec.temperature),
@@ -100,10 +100,37 @@ def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:
         args += ["--limit", str(spec.limit[bench])]
     if bench in spec.files:
         args += ["--benchmark-file", spec.files[bench]]
+    return args
+
+
+def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:
+    """The `python -m eval` arguments for one (run, step, benchmark) job."""
+    rdir = run_dir(sweep, run_id)
+    args = _eval_args(sweep, str(rdir / "checkpoints" / f"step_{step}"),
+                      rdir / "eval" / f"step_{step}", step, bench)
     if sweep.mlflow.enabled:
         args += ["--mlflow-uri", sweep.mlflow_uri, "--mlflow-run-id-file",
-                 str(rdir / "mlflow_run_id")]
+                 str(rdir / RUN_ID_FILE)]
     return shlex.join(args)
+
+
+def initial_model(sweep: SweepConfig) -> str | None:
+    """The model every run starts from, when it is a local directory (the tiny default or a
+    path); None for a hub id, which is not a checkpoint directory to evaluate."""
+    path = str(sweep.base.get("model", {}).get("path", TINY))
+    if path == TINY:
+        return str(sweep.out_dir / "model")
+    return path if Path(path).is_dir() else None
+
+
+def initial_eval_args(sweep: SweepConfig, bench: str) -> str | None:
+    """The `python -m eval` arguments for the initial model at step 0 (None: no local model).
+    Its summary goes to results/<sweep>/initial/eval/step_0/, the report's baseline row."""
+    model = initial_model(sweep)
+    if model is None:
+        return None
+    out = sweep.out_dir / INITIAL_DIR / "eval" / "step_0"
+    return shlex.join(_eval_args(sweep, model, out, 0, bench))
 
 
 def report_paper_args(sweep: SweepConfig) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Scorer = Literal["dapo", "math_verify"]
 
@@ -78,6 +78,8 @@ class EvalSpec(Strict):
     files: dict[str, str] = Field(default_factory=dict,
                                   description="benchmark -> local JSONL/parquet instead of hub")
     seed: int = 0
+    initial: bool = Field(True, description="also evaluate the initial model (step 0) once "
+                          "per benchmark, when it is a local directory: the report's baseline")
 
     @field_validator("steps")
     @classmethod
@@ -85,6 +87,26 @@ class EvalSpec(Strict):
         if any(s < 1 for s in v):
             raise ValueError(f"eval.steps={v}: steps are >= 1")
         return sorted(set(v))
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _registered(cls, v: list[str]) -> list[str]:
+        from eval.benchmarks import BENCHMARKS  # the one registry of benchmark names
+
+        bad = [b for b in v if b not in BENCHMARKS]
+        if bad:
+            raise ValueError(f"{bad} not registered; choose from {sorted(BENCHMARKS)} "
+                             "(eval/benchmarks.py)")
+        return v
+
+    @model_validator(mode="after")
+    def _keys_are_benchmarks(self) -> EvalSpec:
+        for key in ("limit", "files"):
+            extra = sorted(set(getattr(self, key)) - set(self.benchmarks))
+            if extra:
+                raise ValueError(f"eval.{key} names {extra}, which eval.benchmarks "
+                                 f"{self.benchmarks} does not list")
+        return self
 
 
 class MlflowSpec(Strict):
@@ -182,7 +204,7 @@ def parse_sweep(data: dict, source: str = "<config>") -> SweepConfig:
         lines = [f"{source}: invalid sweep config"]
         for err in exc.errors():
             key = ".".join(str(p) for p in err["loc"])
-            lines.append(f"  {key}: {err['msg']}")
+            lines.append(f"  {key}: {err['msg'].removeprefix('Value error, ')}")
         raise SweepError("\n".join(lines)) from None
 
 

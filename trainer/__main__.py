@@ -17,28 +17,34 @@ import sys
 
 
 def _train(args) -> int:
-    from trainer.checkpoint import UnsafeStateError
-    from trainer.config import load_run_config
-    from trainer.loop import train
+    from trainer.config import check_model_path, load_run_config
+    from trainer.deadline import job_deadline
 
+    # Every input is checked before the (slow) import of the loop and before anything is
+    # written: a bad config leaves no run directory behind.
     try:
         cfg = load_run_config(args.config)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from eval.files import read_run_id
-
-    parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
-    if parent and not cfg.tracking.parent_run_id:
-        cfg.tracking.parent_run_id = parent
-    from trainer import distributed
-    from trainer.deadline import job_deadline
-
+    try:
+        check_model_path(cfg.model.path)
+    except ValueError as e:
+        print(f"error: {args.config}: {e}", file=sys.stderr)
+        return 2
     try:
         deadline = job_deadline(args.deadline)
     except ValueError as e:
         print(f"error: --deadline: {e}", file=sys.stderr)
         return 2
+    from eval.files import read_run_id
+    from trainer import distributed
+    from trainer.checkpoint import UnsafeStateError
+    from trainer.loop import train
+
+    parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
+    if parent and not cfg.tracking.parent_run_id:
+        cfg.tracking.parent_run_id = parent
     try:
         out = train(cfg, deadline=deadline)
     except UnsafeStateError as e:  # a resume file that would need unpickling: refused

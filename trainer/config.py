@@ -297,6 +297,63 @@ def load_run_config(path: str | Path) -> RunConfig:
     return parse_run_config(data, str(path))
 
 
+HUB_PROBE_TIMEOUT_S = 10.0
+
+
+def check_model_path(path: str, *, probe_hub: bool = True) -> None:
+    """Fail in seconds, with the key and the fix, unless `model.path` can be loaded.
+
+    Accepted: a directory holding an HF `config.json`, or a hub id (`org/name`) that is in
+    the local HF cache or, with `probe_hub`, that the hub knows (one request, no retries:
+    transformers would retry an unreachable hub for ~50 s before failing). Without
+    `probe_hub` (the sweep's parse-time check: no network) a well-formed hub id passes.
+    Raises ValueError naming `model.path`.
+    """
+    if not path:
+        raise ValueError("model.path is required: an HF model directory or a hub id "
+                         "(e.g. the output of `python -m trainer tiny --out DIR`)")
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ValueError(f"model.path={path!r} is a directory without config.json; give "
+                             "a directory written by save_pretrained (weights + tokenizer)")
+        return
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        raise ValueError(f"model.path={path!r} is neither an existing directory nor a hub id "
+                         "(org/name); fix the path") from None
+    if not probe_hub:
+        return
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(path, "config.json"), str):
+        return  # in the local cache: loads offline
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(f"model.path={path!r} is not a local directory and not in the HF cache "
+                         "(HF_HUB_OFFLINE is set); download it first or fix the path")
+    try:
+        huggingface_hub.model_info(path, timeout=HUB_PROBE_TIMEOUT_S)
+    except huggingface_hub.errors.RepositoryNotFoundError:
+        raise ValueError(f"model.path={path!r}: no such model on the Hugging Face hub (nor a "
+                         "local directory); fix the id or the path") from None
+    except huggingface_hub.errors.HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        if status in (401, 403):
+            return  # gated or private: the download will ask for a token
+        raise ValueError(f"model.path={path!r}: the Hugging Face hub answered {status}; "
+                         "download the model first or give a local directory") from None
+    except Exception as exc:  # noqa: BLE001 - network errors come from several libraries
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"model.path={path!r} is not a local directory and the Hugging Face "
+                         f"hub cannot be reached ({first}); download the model first "
+                         "(`hf download ID`) or give a local directory") from None
+
+
 def dump_run_config(cfg: RunConfig) -> str:
     """The resolved config as YAML (what `<out_dir>/config.yaml` holds)."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

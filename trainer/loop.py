@@ -569,17 +569,27 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return keys
 
 
-def _write_config(out: Path, cfg: RunConfig, config_yaml: str) -> None:
+# Differs on every `snakemake` invocation by design (a new parent run each time) and changes
+# nothing: a resumed run keeps its MLflow run and that run's parent.
+_BOOKKEEPING_KEYS = ("tracking.parent_run_id",)
+
+
+def _write_config(out: Path, cfg: RunConfig, config_yaml: str, *, resumed: bool) -> None:
     import yaml
 
     path = out / "config.yaml"
     if path.exists():
-        changed = _changed_keys(yaml.safe_load(path.read_text()) or {},
-                                cfg.model_dump(mode="json"))
-        if changed:
+        changed = [k for k in _changed_keys(yaml.safe_load(path.read_text()) or {},
+                                            cfg.model_dump(mode="json"))
+                   if k not in _BOOKKEEPING_KEYS]
+        if changed and resumed:
             warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
                           "the new config wins (the saved state still sets weights, optimizer, "
                           "RNG and data position)", stacklevel=3)
+        elif changed:
+            warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
+                          "there is no resume state, so the run starts again from step 0 "
+                          "with the new config", stacklevel=3)
     write_atomic(path, config_yaml)
 
 
@@ -597,7 +607,7 @@ def train(cfg: RunConfig, deadline: float | None = None) -> Path:
     trainer = Trainer(cfg)
     world = trainer.world  # rank 0 alone writes config, metrics, MLflow, checkpoints, DONE
     if world.main:
-        _write_config(out, cfg, trainer.config_yaml)
+        _write_config(out, cfg, trainer.config_yaml, resumed=trainer.step > 0)
     ck = cfg.checkpoint
     save_dtype = None if ck.save_dtype == "same" else torch_dtype(ck.save_dtype)
     tracker = (Tracker(out, cfg.tracking, resume_step=trainer.step, run_name=cfg.run_id,
@@ -651,6 +661,9 @@ def train(cfg: RunConfig, deadline: float | None = None) -> Path:
                     clock.record_save(last_state_time - t_save)
                 if preempted and trainer.step < cfg.optim.steps:
                     status = "KILLED"
+                    if world.main:
+                        print(f"[trainer] preempted ({flag.received or 'a peer rank'}) at step "
+                              f"{trainer.step}, state saved, rerun to resume", flush=True)
                     raise Preempted(flag.received or "SIGTERM", trainer.step)
                 if stop and trainer.step < cfg.optim.steps:
                     status = "KILLED"
@@ -667,6 +680,8 @@ def train(cfg: RunConfig, deadline: float | None = None) -> Path:
     elif world.main:
         (out / "state" / "resume.pt").unlink(missing_ok=True)
     if world.main:
+        if (out / "state").is_dir() and not any((out / "state").iterdir()):
+            (out / "state").rmdir()  # an empty state/ would suggest something to resume
         (out / "DONE").write_text(f"step {trainer.step}\n")
     return out
 

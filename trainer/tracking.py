@@ -6,7 +6,9 @@ queue: the training loop only enqueues. Any MLflow error becomes one warning and
 mirror switches itself off; an unreachable server costs at most `close_timeout_s` at exit.
 
 The MLflow run id is stored in `<out_dir>/mlflow_run_id`, reused on resume (no duplicate
-runs) and read by evaluation to log into the same run.
+runs) and read by evaluation to log into the same run. When the mirror fails it leaves
+`<out_dir>/mlflow_pending`, so a later `python -m sweep mlflow-sync` (the workflow runs it
+on the next invocation) can attach the run from the files (`attach_run`).
 """
 
 from __future__ import annotations
@@ -18,21 +20,48 @@ import threading
 import warnings
 from pathlib import Path
 
+from eval.files import read_run_id, write_atomic
+from eval.tracking import (
+    PENDING_FILE,
+    RUN_ID_FILE,
+    client,
+    ensure_experiment,
+    mark_pending,
+    short_error,
+)
+
 log = logging.getLogger(__name__)
-RUN_ID_FILE = "mlflow_run_id"
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl; a line that is not a JSON object with an integer `step`
+    (the last line, cut short by a crash mid-write) is dropped with a warning."""
+    rows = []
+    if not Path(path).exists():
+        return rows
+    lines = Path(path).read_text(errors="replace").splitlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            row["step"] = int(row["step"])
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
+            warnings.warn(f"{path}: dropped line {lineno} of {len(lines)}: not a JSON object "
+                          "with an integer 'step' (cut short by a crash?)", stacklevel=2)
+            continue
+        rows.append(row)
+    return rows
 
 
 class MetricsFile:
-    """Append-only metrics.jsonl; on resume, lines after the last completed step are dropped."""
+    """Append-only metrics.jsonl; on resume, lines after the last completed step are dropped
+    (and a torn line, see `read_metrics`), so the file holds one line per step."""
 
     def __init__(self, path: Path, resume_step: int = 0) -> None:
         self.path = Path(path)
-        kept = []
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                if line.strip() and json.loads(line)["step"] <= resume_step:
-                    kept.append(line)
-        self.path.write_text("".join(k + "\n" for k in kept))
+        kept = [row for row in read_metrics(self.path) if row["step"] <= resume_step]
+        write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
         self._fh = self.path.open("a")
 
     def write(self, metrics: dict) -> None:
@@ -52,6 +81,82 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
         else:
             out[key] = str(v)[:500]  # MLflow caps param values
     return out
+
+
+def open_run(mlflow_client, uri: str, experiment: str, out_dir: Path, *, run_name: str,
+             tags: dict[str, str], params: dict, config_yaml: str,
+             parent_run_id: str | None = None) -> str:
+    """The MLflow run of `out_dir`: the one in `<out_dir>/mlflow_run_id` (resume), else a new
+    run with tags, params and `config.yaml`, whose id is then written to that file."""
+    from mlflow.entities import Param, RunTag
+
+    run_file = Path(out_dir) / RUN_ID_FILE
+    run_id = read_run_id(run_file)
+    if run_id is not None and not _run_exists(mlflow_client, run_id):
+        warnings.warn(f"{run_file}: MLflow run {run_id} is not in the store (a new store?); "
+                      "creating a new run", stacklevel=2)
+        run_id = None
+    if run_id is not None:
+        mlflow_client.update_run(run_id, status="RUNNING")
+    else:
+        exp_id = ensure_experiment(mlflow_client, experiment, uri)
+        all_tags = {**tags, "mlflow.runName": run_name}
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run_id = mlflow_client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
+        write_atomic(run_file, run_id + "\n")
+        mlflow_client.log_batch(run_id, params=[Param(k, v) for k, v in _flatten(params).items()])
+        mlflow_client.log_text(run_id, config_yaml, "config.yaml")
+    mlflow_client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    return run_id
+
+
+def _run_exists(mlflow_client, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mlflow_client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return True
+
+
+def log_metric_rows(mlflow_client, run_id: str, rows: list[tuple[int, dict]]) -> None:
+    """Log (step, {name: value}) rows; non-numeric values (None) are skipped."""
+    from mlflow.entities import Metric
+
+    metrics = [Metric(k, float(v), 0, step) for step, m in rows for k, v in m.items()
+               if isinstance(v, int | float) and not isinstance(v, bool)]
+    for i in range(0, len(metrics), 1000):  # MLflow's per-call metric cap
+        mlflow_client.log_batch(run_id, metrics=metrics[i : i + 1000])
+
+
+def attach_run(uri: str, experiment: str, out_dir: Path, *, parent_run_id: str | None = None,
+               extra_rows: list[tuple[int, dict]] = ()) -> str:
+    """Bring MLflow up to date with a run directory after a failed mirror: create the run
+    if it has none (from `config.yaml`), log every (step, metric) of metrics.jsonl and of
+    `extra_rows` (evaluation summaries) that MLflow lacks, end it FINISHED if the run is
+    DONE, and remove `mlflow_pending`. Raises on MLflow errors (the caller warns)."""
+    import yaml
+
+    out_dir = Path(out_dir)
+    cfg = yaml.safe_load((out_dir / "config.yaml").read_text()) or {}
+    c = client(uri)
+    run_id = open_run(c, uri, experiment, out_dir, run_name=str(cfg.get("run_id", out_dir.name)),
+                      tags={k: str(v) for k, v in (cfg.get("tags") or {}).items()}, params=cfg,
+                      config_yaml=(out_dir / "config.yaml").read_text(),
+                      parent_run_id=parent_run_id)
+    rows = [(row["step"], row) for row in read_metrics(out_dir / "metrics.jsonl")]
+    rows += list(extra_rows)
+    have = {(m.key, m.step) for key in {k for _, m in rows for k in m}
+            for m in c.get_metric_history(run_id, key)}
+    missing = [(step, {k: v for k, v in m.items() if (k, step) not in have}) for step, m in rows]
+    log_metric_rows(c, run_id, missing)
+    c.set_terminated(run_id, status="FINISHED" if (out_dir / "DONE").exists() else "KILLED")
+    (out_dir / PENDING_FILE).unlink(missing_ok=True)
+    return run_id
 
 
 class MLflowMirror:
@@ -80,35 +185,17 @@ class MLflowMirror:
         self._queue.put(("close", status, None))
         self._thread.join(self.close_timeout_s)
         if self._thread.is_alive():
+            mark_pending(self.out_dir, f"mirror still busy after {self.close_timeout_s}s")
             warnings.warn(f"MLflow mirror did not finish within {self.close_timeout_s}s; "
-                          "metrics.jsonl is complete, MLflow may miss the last steps",
-                          stacklevel=2)
+                          "metrics.jsonl is complete, MLflow may miss the last steps "
+                          "(a later `python -m sweep mlflow-sync` adds them)", stacklevel=2)
 
     def _worker(self, uri, experiment, run_name, tags, params, config_yaml, parent_run_id):
         try:
-            from mlflow.entities import Metric, Param, RunTag
-            from mlflow.tracking import MlflowClient
-
-            client = MlflowClient(tracking_uri=uri)
-            run_file = self.out_dir / RUN_ID_FILE
-            if run_file.exists():  # resume: same MLflow run
-                self.run_id = run_file.read_text().strip()
-                client.update_run(self.run_id, status="RUNNING")
-            else:
-                exp = client.get_experiment_by_name(experiment)
-                exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
-                all_tags = {**tags, "mlflow.runName": run_name}
-                if parent_run_id:
-                    all_tags["mlflow.parentRunId"] = parent_run_id
-                run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
-                self.run_id = run.info.run_id
-                tmp = run_file.with_suffix(".tmp")
-                tmp.write_text(self.run_id + "\n")
-                tmp.replace(run_file)
-                client.log_batch(self.run_id, params=[
-                    Param(k, v) for k, v in _flatten(params).items()])
-                client.log_text(self.run_id, config_yaml, "config.yaml")
-            client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+            c = client(uri)
+            self.run_id = open_run(c, uri, experiment, self.out_dir, run_name=run_name,
+                                   tags=tags, params=params, config_yaml=config_yaml,
+                                   parent_run_id=parent_run_id)
         except Exception as e:  # noqa: BLE001 - MLflow must never stop training
             self._fail(e)
             return
@@ -119,12 +206,10 @@ class MLflowMirror:
                 kind, a, b = self._queue.get()
                 batch.append((kind, a, b))
             try:
-                metrics = [Metric(k, float(v), 0, step) for kd, step, m in batch
-                           if kd == "metrics" for k, v in m.items() if isinstance(v, int | float)]
-                for i in range(0, len(metrics), 1000):  # MLflow's per-call metric cap
-                    client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+                log_metric_rows(c, self.run_id, [(step, m) for kd, step, m in batch
+                                                 if kd == "metrics"])
                 if batch[-1][0] == "close":
-                    client.set_terminated(self.run_id, status=batch[-1][1])
+                    c.set_terminated(self.run_id, status=batch[-1][1])
                     return
             except Exception as e:  # noqa: BLE001
                 self._fail(e)
@@ -132,9 +217,12 @@ class MLflowMirror:
 
     def _fail(self, e: Exception) -> None:
         self._failed = True
-        warnings.warn(f"MLflow logging disabled for this run: {type(e).__name__}: {e}",
-                      stacklevel=2)
-        log.warning("MLflow error: %s", e)
+        first = short_error(e)
+        mark_pending(self.out_dir, f"training mirror: {type(e).__name__}: {first}")
+        warnings.warn(f"MLflow logging disabled for this run: {type(e).__name__}: {first}; "
+                      "metrics.jsonl is complete and a later `snakemake` run attaches it to "
+                      "MLflow", stacklevel=2)
+        log.debug("MLflow error", exc_info=e)
 
 
 class Tracker:

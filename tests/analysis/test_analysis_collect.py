@@ -137,3 +137,21 @@ def test_metric_registry_covers_canonical_names():
     assert metric_meta("maj_at_32").fmt == "percent"
     with pytest.raises(KeyError, match="reward_mean"):
         metric_meta("rewrd_mean")
+
+
+def test_every_key_evaluation_writes_has_metadata():
+    """error_rate is produced by evaluation; metric_meta("error_rate") used to raise."""
+    from eval.grading import GradeResult
+    from eval.metrics import summarize_scorer
+
+    grades = [[GradeResult(extracted="1", correct=True, status="ok"),
+               GradeResult(extracted=None, correct=False, status="error")]]
+    for key in summarize_scorer(grades, seed=0):
+        assert metric_meta(key).name == key
+    assert metric_meta("error_rate").higher_is_better is False
+
+
+def test_running_totals_aggregate_as_last():
+    """The trainer logs nonfinite_skips as a running total (0, 1, 1, 2 = two skips)."""
+    assert metric_meta("nonfinite_skips").aggregation == "last"
+    assert metric_meta("ref_updates").aggregation == "last"

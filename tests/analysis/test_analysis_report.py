@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from analysis_fixtures import REFERENCE_CSV, write_run, write_sweep
+from analysis_fixtures import REFERENCE_CSV, summary, write_run, write_sweep
 from matplotlib.figure import Figure
 
 from analysis.__main__ import main
@@ -102,7 +103,8 @@ def test_report_embeds_audit_and_figures(full_report):
     out, md = full_report
     targets = _assert_links_exist(md, out)
     # the audit is embedded with demoted headings and rebased links; fenced code untouched
-    assert "### Exact-gradient audit" in md and "| RPG-URKL | 1e-7 |" in md
+    assert md.count("Exact-gradient audit") == 1 and "| RPG-URKL | 1e-7 |" in md
+    assert "## Exact-gradient audit\n\n| loss |" in md  # the embedded title is not repeated
     assert "../audit/img/grad.png" in targets
     assert "\n# a comment in code, not a heading\n" in md
     assert "../figures/figure2.png" in targets and "../figures/figure2.pdf" in targets
@@ -201,3 +203,26 @@ def test_figures_command_forwards_its_arguments(capsys):
         main(["figures", "--help"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("usage: python -m analysis figures")
+
+
+def test_report_run_table_shows_running_totals_once(tmp_path):
+    """nonfinite_skips is a running total: a run that logged 0, 1, 1 skipped one update (the
+    report used to sum it to 2)."""
+    run = write_run(tmp_path / "runs", "a", "GRPO", 0, {"method": "GRPO"})
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for row, total in zip(lines, (0, 1, 1)):
+        row["nonfinite_skips"] = total
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    md = _build(tmp_path, tmp_path)
+    assert "| `a` | GRPO | 0 | 3 | yes | none | 4.50 | 1 | 3 |" in md
+
+
+def test_report_shows_the_initial_model_row(tmp_path):
+    """The gain is visible: the initial model's step-0 Mean@n sits under each table."""
+    write_run(tmp_path / "runs", "a", "GRPO", 0, {"method": "GRPO"}, evals={"toy": {10: 0.5}})
+    initial = tmp_path / "initial" / "eval" / "step_0"
+    initial.mkdir(parents=True)
+    (initial / "toy.json").write_text(json.dumps(summary("toy", 0, 0.125)))
+    md = _build(tmp_path, tmp_path)
+    assert "| Initial model (step 0) | 12.50 |" in md
+    assert md.index("| GRPO | 50.00 | 50.00 |") < md.index("| Initial model (step 0) | 12.50 |")

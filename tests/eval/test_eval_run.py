@@ -112,6 +112,44 @@ def test_mlflow_failure_only_warns(mlflow_store, tiny_checkpoint, benchmark_dir,
     assert (tmp_path / "o" / "aime24.json").is_file()
 
 
+def test_missing_run_id_evaluates_without_mlflow_and_notes_it(tiny_checkpoint, benchmark_dir,
+                                                              tmp_path):
+    """Training could not reach MLflow, so it wrote no run id: evaluation still runs (it used to
+    fail with rc 2 on every rerun) and notes the run as pending for a later sync."""
+    run_dir = tmp_path / "runs" / "r"
+    out = run_dir / "eval" / "step_1"
+    args = _args(tiny_checkpoint, benchmark_dir / "aime24.jsonl", out, "--limit", "1")
+    args += ["--scorers", "dapo", "--mlflow-uri", f"sqlite:///{tmp_path / 'm.db'}",
+             "--mlflow-run-id-file", str(run_dir / "mlflow_run_id")]
+    with pytest.warns(UserWarning, match="no MLflow run id"):
+        assert main(args) == 0
+    assert (out / "aime24.json").is_file()
+    assert "no MLflow run id" in (run_dir / "mlflow_pending").read_text()
+
+
+def test_unreachable_server_fails_fast_and_notes_pending(tiny_checkpoint, benchmark_dir,
+                                                         tmp_path):
+    """An unreachable tracking server costs one health probe, not MLflow's ~4 min of retries."""
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir).mkdir(parents=True)
+    (run_dir / "mlflow_run_id").write_text("abc\n")
+    args = _args(tiny_checkpoint, benchmark_dir / "aime24.jsonl", run_dir / "eval" / "step_1",
+                 "--limit", "1")
+    args += ["--scorers", "dapo", "--mlflow-uri", f"http://127.0.0.1:{port}",
+             "--mlflow-run-id-file", str(run_dir / "mlflow_run_id")]
+    t0 = time.monotonic()
+    with pytest.warns(UserWarning, match="does not answer"):
+        assert main(args) == 0
+    assert time.monotonic() - t0 < 60
+    assert "MLflow logging failed" in (run_dir / "mlflow_pending").read_text()
+
+
 def test_bad_input_fails_before_generation(tiny_checkpoint, benchmark_dir, tmp_path, capsys):
     bench = benchmark_dir / "aime24.jsonl"
     no_tok = tmp_path / "no_tok"
@@ -127,7 +165,7 @@ def test_bad_input_fails_before_generation(tiny_checkpoint, benchmark_dir, tmp_p
         (_args(tiny_checkpoint, bench, tmp_path / "o4", "--ks", "1,8"), "need 1 <= k <= n"),
         (_args(tiny_checkpoint, bench, tmp_path / "o5", "--n", "0"), "n: Input should be"),
         (_args(tiny_checkpoint, bench, tmp_path / "o6", "--scorers", "dapo,regex"), "scorers"),
-        (_args(tiny_checkpoint, bench, tmp_path / "o7", "--mlflow-uri", "x"), "mlflow-run-id"),
+        (_args(tiny_checkpoint, bench, tmp_path / "o7", "--mlflow-run-id", "x"), "--mlflow-uri"),
     ]
     for args, message in cases:
         assert main(args) == 2

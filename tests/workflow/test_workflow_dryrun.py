@@ -12,7 +12,7 @@ from trainer.config import RunConfig
 
 # configfiles -> exact job counts per rule
 SHIPPED = {
-    ("config/default.yaml",): {"tiny_model": 1, "run_config": 6, "train": 6, "evaluate": 48,
+    ("config/default.yaml",): {"tiny_model": 1, "evaluate_initial": 2, "run_config": 6, "train": 6, "evaluate": 48,
                                "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
     ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate": 360, "audit": 1,
                              "paper_figures": 1, "report": 1, "all": 1},
@@ -26,19 +26,19 @@ SHIPPED = {
         "run_config": 12, "train": 12, "evaluate": 720, "audit": 1, "paper_figures": 1,
         "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/clip.yaml"): {
-        "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 2, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/beta.yaml"): {
-        "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 2, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/reference.yaml"): {
-        "tiny_model": 1, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 2, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/off-policy.yaml"): {
-        "tiny_model": 1, "run_config": 10, "train": 10, "evaluate": 80, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 2, "run_config": 10, "train": 10, "evaluate": 80, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
-        "tiny_model": 1, "run_config": 48, "train": 48, "evaluate": 384, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 2, "run_config": 48, "train": 48, "evaluate": 384, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
 }
 

@@ -5,12 +5,21 @@ from snakemake.utils import validate
 
 from sweep import SweepError, parse_sweep
 from sweep import expand as expand_sweep  # snakemake's own `expand` stays usable
-from sweep.runconfig import eval_args, report_paper_args, run_config
+from sweep.checks import check_inputs
+from sweep.runconfig import (
+    eval_args,
+    initial_eval_args,
+    initial_model,
+    report_paper_args,
+    run_config,
+)
+from sweep.tracking import pending_digest, pending_runs
 
 SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/default.yaml"
 try:
     SWEEP = parse_sweep(config, SOURCE)  # names the file, the key and the allowed values
     CELLS, NOTES = expand_sweep(SWEEP, SOURCE)
+    check_inputs(SWEEP, CELLS, SOURCE)  # files, model path, every cell's run config
 except SweepError as exc:
     sys.exit(f"error: {exc}")
 validate(config, schema="../schemas/sweep.schema.json", set_default=False)
@@ -37,6 +46,22 @@ EVALS = [
     for bench in BENCHES
 ]
 REPORT = f"{OUT}/report.md"
+# The initial model (step 0) once per benchmark: the report's baseline row. Only for a
+# local model (the tiny default or a directory); a hub id is not a checkpoint directory.
+INITIAL_EVALS = (
+    [f"{OUT}/initial/eval/step_0/{bench}.json" for bench in BENCHES]
+    if SWEEP.eval.initial and initial_model(SWEEP) is not None
+    else []
+)
+# Runs whose jobs could not reach MLflow (README, "What we survive"): this invocation
+# attaches them (rule mlflow_sync) after the report. The stamp is named by the pending notes'
+# content, and a failed sync appends to them, so each invocation with something pending
+# runs the sync again.
+PENDING = pending_runs(OUT) if SWEEP.mlflow.enabled else []
+SYNC_STAMPS = [f"{OUT}/logs/mlflow_sync/{pending_digest(PENDING)}.done"] if PENDING else []
+if PENDING:
+    print(f"sweep note: {len(PENDING)} run(s) not yet in MLflow {[p.name for p in PENDING]}; "
+          "rule mlflow_sync attaches them", file=sys.stderr)
 
 
 def runtime(kind):
@@ -48,4 +73,5 @@ def runtime(kind):
 onstart:
     from sweep.tracking import start_parent_run
 
-    start_parent_run(SWEEP, f"{OUT}/mlflow_parent_run_id")
+    start_parent_run(SWEEP, f"{OUT}/mlflow_parent_run_id",
+                     on_error=lambda message: print(f"sweep warning: {message}", file=sys.stderr))

@@ -22,3 +22,26 @@ rule evaluate:
         runtime=runtime("evaluate"),
     shell:
         "python -m eval {params.args} > {log} 2>&1"
+
+
+rule evaluate_initial:
+    input:
+        model=[MODEL_DIR] if TINY else [],
+    output:
+        summary=f"{OUT}/initial/eval/step_0/{{bench}}.json",
+        samples=f"{OUT}/initial/eval/step_0/{{bench}}.jsonl",
+    params:
+        args=lambda wc: initial_eval_args(SWEEP, wc.bench),
+    conda:
+        "../envs/harness.yaml"
+    log:
+        f"{OUT}/logs/eval/initial/step_0_{{bench}}.log",
+    benchmark:
+        f"{OUT}/benchmarks/eval/initial/step_0_{{bench}}.tsv"
+    threads: SWEEP.resources.evaluate.cpus
+    resources:
+        gpus=SWEEP.resources.evaluate.gpus,
+        mem_mb=SWEEP.resources.evaluate.mem_mb,
+        runtime=runtime("evaluate"),
+    shell:
+        "python -m eval {params.args} > {log} 2>&1"

@@ -5,6 +5,7 @@ localrules:
     audit,
     paper_figures,
     report,
+    mlflow_sync,
 
 
 rule audit:
@@ -38,6 +39,7 @@ rule paper_figures:
 rule report:
     input:
         evals=EVALS,
+        initial=INITIAL_EVALS,
         audit=rules.audit.output.table,
         figures=rules.paper_figures.output.fig2,
     output:
@@ -55,3 +57,25 @@ rule report:
         "python -m analysis report --sweep-dir {params.sweep_dir} --out {params.sweep_dir}"
         " --audit-dir $(dirname {input.audit}) --figures-dir $(dirname {input.figures})"
         " {params.paper} > {log} 2>&1"
+
+
+# Only in the DAG when a run holds mlflow_pending (see common.smk, SYNC_STAMPS).
+rule mlflow_sync:
+    input:
+        REPORT,
+    output:
+        touch(f"{OUT}/logs/mlflow_sync/{{digest}}.done"),
+    wildcard_constraints:
+        digest=r"[0-9a-f]+",
+    params:
+        sweep_dir=lambda wc, input: os.path.dirname(input[0]),
+        uri=SWEEP.mlflow_uri,
+        experiment=SWEEP.experiment,
+        parent=f"{OUT}/mlflow_parent_run_id",
+    conda:
+        "../envs/harness.yaml"
+    log:
+        f"{OUT}/logs/mlflow_sync/{{digest}}.log",
+    shell:
+        "python -m sweep mlflow-sync --sweep-dir {params.sweep_dir} --uri {params.uri:q}"
+        " --experiment {params.experiment:q} --parent-run-id-file {params.parent} > {log} 2>&1"

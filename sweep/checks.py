@@ -1,0 +1,31 @@
+"""Checks of a sweep's inputs that need more than its own schema: the files it names, the
+model path and every cell's trainer config. All run at parse time (`snakemake -n` included),
+so a bad input stops the sweep before its first job, with the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .expand import Cell
+from .runconfig import TINY, run_config
+from .spec import SweepConfig, SweepError
+
+
+def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
+    """Raise SweepError on the first input that cannot work (paths are relative to the
+    directory the workflow runs in)."""
+    from trainer.config import check_model_path
+
+    for bench, path in sweep.eval.files.items():
+        if not Path(path).is_file():
+            raise SweepError(f"{source}: eval.files.{bench}: {path} does not exist; give an "
+                             "existing JSONL/parquet file, or drop the key to load the hub copy")
+    model_path = sweep.base.get("model", {}).get("path", TINY)
+    if model_path != TINY:
+        try:
+            check_model_path(str(model_path), probe_hub=False)  # no network at parse time
+        except ValueError as exc:
+            raise SweepError(f"{source}: base.{exc}") from None
+    for cell in cells:
+        run_config(sweep, cell, source)
