@@ -38,6 +38,8 @@ rule train:
         gpus=SWEEP.resources.train.gpus,
         mem_mb=SWEEP.resources.train.mem_mb,
         runtime=runtime("train"),
+    # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
+    # warning, scancel, requeue) reaches it instead of killing the shell around it.
     shell:
-        "python -m trainer --config {input.cfg} --parent-run-id-file {params.parent}"
+        "exec python -m trainer --config {input.cfg} --parent-run-id-file {params.parent}"
         " > {log} 2>&1"
