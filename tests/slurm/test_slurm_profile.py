@@ -44,18 +44,20 @@ def model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def time_limit_run(slurm, model, tmp_path_factory):
-    """(a) started in the background: limit 1 min (2 on the retry), warning 30 s before.
+    """(a) started in the background: limit 1 min (2 on the retry), warning 10 s before.
 
-    SLURM checks time limits about every 30 s, so the warning comes ~30 s into the job. The
-    run is long enough to outlive it (~45 s of steps at this machine's speed, measured on a
-    short run) and short enough to finish within the 2-minute retry.
+    SLURM checks time limits every 30 s and sends the warning at the first check less than
+    lead + 30 s before the limit: here 20-50 s into the job, after the trainer has started
+    (a warning during start-up kills the job before anything could save). The run is long
+    enough to outlive it (~45 s of steps at this machine's speed, measured on a short run)
+    and short enough to finish within the 2-minute retry (warned at 80-110 s).
     """
     root = tmp_path_factory.mktemp("timelimit")
     probe = subprocess.run([sys.executable, "-c", _STEP_TIME, model], check=True,
                            capture_output=True, text=True, timeout=300)
     steps = min(200, max(12, math.ceil(45 / float(probe.stdout.split()[-1]))))
     config = micro_sweep(root, "timelimit", model=model, steps=steps, train_min=1)
-    wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=30))
+    wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=10))
     proc = wf.start()
     yield wf, proc, steps
     if proc.poll() is None:
