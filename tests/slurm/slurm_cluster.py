@@ -1,7 +1,8 @@
 """A one-node SLURM cluster for tests: munged, slurmctld and slurmd as plain processes.
 
 Everything lives in one temporary directory: a fresh munge key, a generated `slurm.conf`
-(this machine is the only node; its name, CPUs and memory come from `slurmd -C`), state,
+(this machine is the only node; its name, CPUs and memory come from `slurmd -C`; one
+stand-in GPU), state,
 spool, logs and the munge socket. No systemd, no accounting database (`sacct` is off, as on
 many small clusters), `proctrack/linuxproc` and `task/none` so no cgroup setup is needed.
 The controller and node talk over 127.0.0.1 on two free ports, so the cluster does not
@@ -19,8 +20,10 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +59,7 @@ def node_definition() -> str:
 
 
 def slurm_version() -> str:
-    out = subprocess.run([_which("sinfo"), "--version"], capture_output=True, text=True)
+    out = subprocess.run([_which("slurmd"), "-V"], capture_output=True, text=True)
     return out.stdout.strip()  # "slurm-wlm 22.05.8" (Debian) or "slurm 23.11.4"
 
 
@@ -80,6 +83,7 @@ SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd.pid
 SlurmctldLogFile={root}/slurmctld.log
 SlurmdLogFile={root}/slurmd.log
+GresTypes=gpu
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -91,9 +95,12 @@ SelectTypeParameters=CR_CPU_Memory
 ReturnToService=2
 MinJobAge=300
 KillWait={KILL_WAIT_S}
-{node} NodeAddr=127.0.0.1 State=UNKNOWN
+{node} Gres=gpu:1 NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
+    # One stand-in GPU (its device file is /dev/null): jobs can ask for `--gpus=1` and get
+    # CUDA_VISIBLE_DEVICES, so a test sees the sweep's GPU request reach SLURM.
+    (root / "gres.conf").write_text("Name=gpu File=/dev/null\n")
     path = root / "slurm.conf"
     path.write_text(conf)
     return path
@@ -194,3 +201,27 @@ class SlurmCluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def main(argv: list[str]) -> None:
+    """`python tests/slurm/slurm_cluster.py DIR`: the same cluster for trying `--profile` by
+    hand; prints the environment to use and runs until Ctrl-C."""
+    if len(argv) != 1 or missing_programs():
+        raise SystemExit(f"usage: slurm_cluster.py DIR (needs: apt-get install {PACKAGES}; "
+                         f"missing: {', '.join(missing_programs()) or 'none'})")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the daemons on kill too
+    cluster = SlurmCluster.start(Path(argv[0]).resolve())
+    print(f"{slurm_version()}: node idle, partition debug. In another shell:\n"
+          f"  export SLURM_CONF={cluster.env['SLURM_CONF']} PATH={cluster.root / 'bin'}:$PATH",
+          flush=True)
+    try:
+        while all(p.poll() is None for p in cluster.procs.values()):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -37,7 +37,7 @@ def profile_overlay(dest: Path, lead_s: int | None = None) -> Path:
 
 
 def micro_sweep(root: Path, name: str, *, model: str = "tiny", steps: int = 4,
-                seeds: tuple[int, ...] = (0,), train_min: int = 10,
+                seeds: tuple[int, ...] = (0,), train_min: int = 10, train_gpus: int = 0,
                 eval_limit: int = 8) -> Path:
     """One method, `steps` steps, one evaluation (the last step, toy task) per seed."""
     cfg = {
@@ -57,7 +57,7 @@ def micro_sweep(root: Path, name: str, *, model: str = "tiny", steps: int = 4,
         "eval": {"steps": [steps], "benchmarks": ["toy"], "n": 2, "max_new_tokens": 24,
                  "limit": {"toy": eval_limit}},
         "resources": {
-            "train": {"cpus": 1, "mem_mb": 2000, "runtime_min": train_min},
+            "train": {"gpus": train_gpus, "cpus": 1, "mem_mb": 2000, "runtime_min": train_min},
             "evaluate": {"cpus": 1, "mem_mb": 2000, "runtime_min": 10},
         },
     }

@@ -9,12 +9,20 @@ exactly one line per step.
         user's rerun, with the shipped profile as is, resumes it and finishes the sweep;
     (d) an evaluation job killed while running leaves no summary; the retry writes it.
 
+The user's rerun in (c) is the shipped profile with only its placeholders filled in,
+taking the micro sweep to its report; the test then reads the sweep's resources (CPUs,
+memory, time limit and a GPU: the cluster has one stand-in) back from SLURM's record of
+the train job. Killing an evaluation exactly inside its final write would need a pause
+hook in eval; (d) kills it while it samples, so what it checks is that a killed job leaves
+no summary behind, not where the kill lands.
+
 The two sweeps run at the same time (each needs one of the node's CPUs at a time): the
 time-limit sweep starts in a fixture, the other drills run while it waits for SLURM.
 """
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -48,14 +56,15 @@ def time_limit_run(slurm, model, tmp_path_factory):
 
     SLURM checks time limits every 30 s and sends the warning at the first check less than
     lead + 30 s before the limit: here 20-50 s into the job, after the trainer has started
-    (a warning during start-up kills the job before anything could save). The run is long
-    enough to outlive it (~45 s of steps at this machine's speed, measured on a short run)
-    and short enough to finish within the 2-minute retry (warned at 80-110 s).
+    (a warning during start-up kills the job before anything could save). The run holds
+    ~90 s of steps at this machine's speed (measured on a short run): it outlives the first
+    warning even if the jobs run twice as fast as measured, and the 2- and 3-minute retries
+    (warned at 80-110 s and 140-170 s) finish it even if they run twice as slow.
     """
     root = tmp_path_factory.mktemp("timelimit")
     probe = subprocess.run([sys.executable, "-c", _STEP_TIME, model], check=True,
                            capture_output=True, text=True, timeout=300)
-    steps = min(200, max(12, math.ceil(45 / float(probe.stdout.split()[-1]))))
+    steps = min(500, max(12, math.ceil(90 / float(probe.stdout.split()[-1]))))
     config = micro_sweep(root, "timelimit", model=model, steps=steps, train_min=1)
     wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=10))
     proc = wf.start()
@@ -65,27 +74,29 @@ def time_limit_run(slurm, model, tmp_path_factory):
         proc.wait(timeout=60)
 
 
-# seconds per training step of the micro sweep's settings on this machine (3 steps, local)
+# seconds per training step of the micro sweep's settings on this machine (the median of
+# steps 2-5 of a local run; step 1 pays for warm-up)
 _STEP_TIME = """
 import sys, tempfile, time
 from trainer.config import parse_run_config
 from trainer.loop import train
 out = tempfile.mkdtemp()
 cfg = parse_run_config({"model": {"path": sys.argv[1]}, "out_dir": out,
-    "task": {"kind": "toy", "num_prompts": 64}, "optim": {"steps": 3},
+    "task": {"kind": "toy", "num_prompts": 64}, "optim": {"steps": 5},
     "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 24},
     "tracking": {"mlflow_uri": None, "progress": False}})
 train(cfg)
-import json
+import json, statistics
 lines = open(out + "/metrics.jsonl").read().splitlines()
-print(sum(json.loads(x)["time_step"] for x in lines) / len(lines))
+print(statistics.median(json.loads(x)["time_step"] for x in lines[1:]))
 """
 
 
 def test_requeue_scancel_killed_evaluation_and_the_users_rerun(slurm, model, time_limit_run,
                                                                tmp_path):
     steps = 12
-    config = micro_sweep(tmp_path, "drills", model=model, steps=steps, eval_limit=32)
+    config = micro_sweep(tmp_path, "drills", model=model, steps=steps, train_gpus=1,
+                         eval_limit=32)
     wf = Workflow(slurm, tmp_path, config, profile_overlay(tmp_path / "profile"))
     run_dir = wf.run_dir(RUN)
     # A run that does not retry, so that the cancelled job stays failed until the user reruns.
@@ -142,6 +153,7 @@ def test_requeue_scancel_killed_evaluation_and_the_users_rerun(slurm, model, tim
     job = slurm.run("scontrol", "show", "job", submitted_jobs(out, "train")[-1]).stdout
     assert "NumCPUs=1 " in job and "MinMemoryNode=2000M" in job
     assert "TimeLimit=00:10:00" in job and "Partition=debug" in job
+    assert re.search(r"TresPerJob=gres[:/]gpu:1\b", job), job
 
 
 def _train_log(wf) -> str:

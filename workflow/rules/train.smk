@@ -35,7 +35,7 @@ rule train:
         f"{OUT}/benchmarks/train/{{run_id}}.tsv"
     threads: SWEEP.resources.train.cpus
     resources:
-        gpus=SWEEP.resources.train.gpus,
+        gpu=SWEEP.resources.train.gpus,  # the SLURM plugin's name: --gpus=N
         mem_mb=SWEEP.resources.train.mem_mb,
         runtime=runtime("train"),
     # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
