@@ -52,21 +52,21 @@ def model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def time_limit_run(slurm, model, tmp_path_factory):
-    """(a) started in the background: limit 1 min (2 on the retry), warning 10 s before.
+    """(a) started in the background: limit 2 min (4, 6 on retries), warning 50 s before.
 
     SLURM checks time limits every 30 s and sends the warning at the first check less than
-    lead + 30 s before the limit: here 20-50 s into the job, after the trainer has started
-    (a warning during start-up kills the job before anything could save). The run holds
-    ~90 s of steps at this machine's speed (measured on a short run): it outlives the first
-    warning even if the jobs run twice as fast as measured, and the 2- and 3-minute retries
-    (warned at 80-110 s and 140-170 s) finish it even if they run twice as slow.
+    lead + 30 s before the limit: here 40-70 s into the job, after the trainer has started
+    even on a busy machine (a warning during start-up kills the job before anything could
+    save). The run holds ~140 s of steps at this machine's speed (measured on a short run):
+    it outlives the first warning even if the jobs run twice as fast as measured, and the
+    retries (warned at 160-190 s and 280-310 s) finish it even if they run twice as slow.
     """
     root = tmp_path_factory.mktemp("timelimit")
     probe = subprocess.run([sys.executable, "-c", _STEP_TIME, model], check=True,
                            capture_output=True, text=True, timeout=300)
-    steps = min(500, max(12, math.ceil(90 / float(probe.stdout.split()[-1]))))
+    steps = min(500, max(12, math.ceil(140 / float(probe.stdout.split()[-1]))))
     config = micro_sweep(root, "timelimit", model=model, steps=steps, train_min=1)
-    wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=10))
+    wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=50))
     proc = wf.start()
     yield wf, proc, steps
     if proc.poll() is None:
