@@ -65,7 +65,7 @@ def time_limit_run(slurm, model, tmp_path_factory):
     probe = subprocess.run([sys.executable, "-c", _STEP_TIME, model], check=True,
                            capture_output=True, text=True, timeout=300)
     steps = min(500, max(12, math.ceil(140 / float(probe.stdout.split()[-1]))))
-    config = micro_sweep(root, "timelimit", model=model, steps=steps, train_min=1)
+    config = micro_sweep(root, "timelimit", model=model, steps=steps, train_min=2)
     wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=50))
     proc = wf.start()
     yield wf, proc, steps
