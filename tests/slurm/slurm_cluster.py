@@ -191,7 +191,15 @@ class SlurmCluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """End the daemons by PID, node first; SIGKILL after 15 s."""
+        """Cancel what is left in the queue (a job's slurmstepd outlives slurmd), then end
+        the daemons by PID, node first; SIGKILL after 15 s."""
+        if all(p.poll() is None for p in self.procs.values()) and "slurmd" in self.procs:
+            self.run("scancel", "--user", getpass.getuser(), check=False)
+            deadline = time.monotonic() + 2 * KILL_WAIT_S + 10
+            while self.run("squeue", "-h", check=False).stdout.strip():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
         for name in reversed(list(self.procs)):
             proc = self.procs[name]
             if proc.poll() is None:
