@@ -25,6 +25,7 @@ import math
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 from slurm_workflow import (
@@ -52,44 +53,44 @@ def model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def time_limit_run(slurm, model, tmp_path_factory):
-    """(a) started in the background: limit 2 min (4, 6 on retries), warning 50 s before.
+    """(a) started in the background, with the profile as shipped (warning 300 s before).
 
-    SLURM checks time limits every 30 s and sends the warning at the first check less than
-    lead + 30 s before the limit: here 40-70 s into the job, after the trainer has started
-    even on a busy machine (a warning during start-up kills the job before anything could
-    save). The run holds ~140 s of steps at this machine's speed (measured on a short run):
-    it outlives the first warning even if the jobs run twice as fast as measured, and the
-    retries (warned at 160-190 s and 280-310 s) finish it even if they run twice as slow.
+    At step 2 a helper thread shortens the running job's limit (`scontrol update
+    TimeLimit=`, whole minutes) to end 4-5 minutes from now, so the shipped warning falls
+    due at SLURM's next time-limit check (every 30 s). The trainer still has steps to go
+    then (80 steps: over 30 s even at 0.4 s a step); the retry has a 20-minute limit.
     """
     root = tmp_path_factory.mktemp("timelimit")
-    probe = subprocess.run([sys.executable, "-c", _STEP_TIME, model], check=True,
-                           capture_output=True, text=True, timeout=300)
-    steps = min(500, max(12, math.ceil(140 / float(probe.stdout.split()[-1]))))
-    config = micro_sweep(root, "timelimit", model=model, steps=steps, train_min=2)
-    wf = Workflow(slurm, root, config, profile_overlay(root / "profile", lead_s=50))
+    steps = 80
+    config = micro_sweep(root, "timelimit", model=model, steps=steps)
+    wf = Workflow(slurm, root, config, profile_overlay(root / "profile"))
     proc = wf.start()
-    yield wf, proc, steps
+    shortened: dict = {}
+
+    def shorten_limit():
+        try:
+            wait_for(lambda: len(metrics_steps(wf.run_dir(RUN))) >= 2, "step 2", 300, proc)
+            job = wait_for(lambda: wf.job("train", RUN), "the train job", 30, proc)
+            elapsed = slurm.run("squeue", "-h", "-j", job, "-o", "%M").stdout.strip()
+            minutes = _minutes(elapsed) + 4
+            slurm.run("scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}")
+            shortened["at_step"] = len(metrics_steps(wf.run_dir(RUN)))
+        except Exception as e:  # reported by the test
+            shortened["error"] = repr(e)
+
+    thread = threading.Thread(target=shorten_limit, daemon=True)
+    thread.start()
+    yield wf, proc, steps, thread, shortened
     if proc.poll() is None:
         proc.terminate()
         proc.wait(timeout=60)
 
 
-# seconds per training step of the micro sweep's settings on this machine (the median of
-# steps 2-5 of a local run; step 1 pays for warm-up)
-_STEP_TIME = """
-import sys, tempfile, time
-from trainer.config import parse_run_config
-from trainer.loop import train
-out = tempfile.mkdtemp()
-cfg = parse_run_config({"model": {"path": sys.argv[1]}, "out_dir": out,
-    "task": {"kind": "toy", "num_prompts": 64}, "optim": {"steps": 5},
-    "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 24},
-    "tracking": {"mlflow_uri": None, "progress": False}})
-train(cfg)
-import json, statistics
-lines = open(out + "/metrics.jsonl").read().splitlines()
-print(statistics.median(json.loads(x)["time_step"] for x in lines[1:]))
-"""
+def _minutes(elapsed: str) -> int:
+    """squeue's elapsed time ("M:SS", "H:MM:SS") in whole minutes, rounded up."""
+    parts = [int(x) for x in elapsed.split(":")]
+    seconds = sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
+    return math.ceil(seconds / 60)
 
 
 def test_requeue_scancel_killed_evaluation_and_the_users_rerun(slurm, model, time_limit_run,
@@ -162,12 +163,14 @@ def _train_log(wf) -> str:
 
 
 def test_time_limit_warning_makes_the_trainer_save_and_the_retry_resume(time_limit_run):
-    wf, proc, steps = time_limit_run
-    assert proc.wait(timeout=600) == 0, (wf.root / "snakemake.out").read_text()
+    wf, proc, steps, thread, shortened = time_limit_run
+    assert proc.wait(timeout=900) == 0, (wf.root / "snakemake.out").read_text()
+    thread.join(timeout=10)
+    assert "at_step" in shortened, shortened
     assert metrics_steps(wf.run_dir(RUN)) == list(range(1, steps + 1))
     assert (wf.out / "report.md").exists()
     # the first attempt ended with the trainer's own "saved, try again" code, not a kill
     out = (wf.root / "snakemake.out").read_text()
-    assert len(submitted_jobs(out, "train")) >= 2, out
+    assert len(submitted_jobs(out, "train")) == 2, out
     assert "non-zero exit status 75" in wf.slurm_logs("train"), wf.slurm_logs("train")
     assert "resuming" in _train_log(wf)
