@@ -2,8 +2,9 @@
 sweep, each ending with the sweep complete (report written) and `metrics.jsonl` holding
 exactly one line per step.
 
-    (a) a training job reaches its time limit: the warning signal reaches the trainer, it
-        saves and exits 75, Snakemake's retry resumes it;
+    (a) a training job nears its time limit (cut short while it runs): the profile's
+        warning signal reaches the trainer, it saves and exits 75, Snakemake's retry
+        resumes it;
     (b) `scontrol requeue` of a running training job: SLURM runs it again, it resumes;
     (c) `scancel` of a running training job (in a run that does not retry), then the
         user's rerun, with the shipped profile as is, resumes it and finishes the sweep;
