@@ -17,7 +17,7 @@ rule evaluate:
         f"{OUT}/benchmarks/eval/{{run_id}}/step_{{step}}_{{bench}}.tsv"
     threads: SWEEP.resources.evaluate.cpus
     resources:
-        gpus=SWEEP.resources.evaluate.gpus,
+        gpu=SWEEP.resources.evaluate.gpus,  # the SLURM plugin's name: --gpus=N
         mem_mb=SWEEP.resources.evaluate.mem_mb,
         runtime=runtime("evaluate"),
     shell:

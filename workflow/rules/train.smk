@@ -35,9 +35,11 @@ rule train:
         f"{OUT}/benchmarks/train/{{run_id}}.tsv"
     threads: SWEEP.resources.train.cpus
     resources:
-        gpus=SWEEP.resources.train.gpus,
+        gpu=SWEEP.resources.train.gpus,  # the SLURM plugin's name: --gpus=N
         mem_mb=SWEEP.resources.train.mem_mb,
         runtime=runtime("train"),
+    # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
+    # warning, scancel, requeue) reaches it instead of killing the shell around it.
     shell:
-        "python -m trainer --config {input.cfg} --parent-run-id-file {params.parent}"
+        "exec python -m trainer --config {input.cfg} --parent-run-id-file {params.parent}"
         " > {log} 2>&1"
