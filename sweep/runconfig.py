@@ -79,6 +79,16 @@ def write_run_config(path: str | Path, cfg: dict) -> None:
     write_atomic(Path(path), yaml.safe_dump(cfg, sort_keys=False))
 
 
+def train_command(sweep: SweepConfig) -> str:
+    """The trainer's launch command for one train job: `python -m trainer`, or, when the
+    sweep gives a train job several GPUs, one process per GPU under torchrun (FSDP2) via
+    `trainer.launch` (torchrun with the trainer's exit code 75 on preemption)."""
+    gpus = sweep.resources.train.gpus
+    if gpus > 1:
+        return f"python -m trainer.launch --standalone --nproc-per-node {gpus} -m trainer"
+    return "python -m trainer"
+
+
 def _eval_args(sweep: SweepConfig, checkpoint: str, out: Path, step: int, bench: str) -> list[str]:
     spec = sweep.eval
     args = [

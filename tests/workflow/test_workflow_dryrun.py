@@ -89,3 +89,14 @@ def test_bad_sweep_fails_before_any_job_naming_file_and_key(tmp_path):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert str(path) in out and "axes.divergence" in out and "'fkl'" in out
+
+
+def test_a_train_job_with_several_gpus_runs_one_process_per_gpu(tmp_path):
+    """resources.train.gpus > 1: the train rule launches torchrun (FSDP2) over them."""
+    over = tmp_path / "gpus.yaml"
+    over.write_text(yaml.safe_dump({"resources": {"train": {"gpus": 4}}}))
+    proc = run_snakemake("-n", "-p", "--configfile", "config/paper.yaml", str(over))
+    assert "python -m trainer.launch --standalone --nproc-per-node 4 -m trainer --config" in proc.stdout
+    single = run_snakemake("-n", "-p", "--configfile", "config/paper.yaml")
+    assert "exec python -m trainer --config" in single.stdout
+    assert "trainer.launch" not in single.stdout

@@ -12,6 +12,7 @@ from sweep.runconfig import (
     initial_model,
     report_paper_args,
     run_config,
+    train_command,
 )
 from sweep.tracking import pending_digest, pending_runs
 

@@ -27,6 +27,7 @@ rule train:
         f"{OUT}/runs/{{run_id}}/DONE",
     params:
         parent=f"{OUT}/mlflow_parent_run_id",
+        trainer=train_command(SWEEP),
     conda:
         "../envs/harness.yaml"
     log:
@@ -41,5 +42,5 @@ rule train:
     # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
     # warning, scancel, requeue) reaches it instead of killing the shell around it.
     shell:
-        "exec python -m trainer --config {input.cfg} --parent-run-id-file {params.parent}"
+        "exec {params.trainer} --config {input.cfg} --parent-run-id-file {params.parent}"
         " > {log} 2>&1"
