@@ -43,7 +43,7 @@ from trainer.checkpoint import (
 from trainer.config import RunConfig, dump_run_config
 from trainer.logprobs import PackedBatch, pack, response_logprobs
 from trainer.reference import Reference
-from trainer.rollout import make_engine
+from trainer.rollout import logprob_gap, make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
@@ -129,6 +129,7 @@ class Rollout:
     rewards: torch.Tensor  # (B,)
     group_ids: torch.Tensor  # (B,) long
     stats: dict = field(default_factory=dict)
+    engine_logprobs: list | None = None  # per row: the engine's log-probs of its tokens
 
 
 def _warmup_then_constant(warmup_steps: int):
@@ -173,7 +174,8 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self._resume()
         self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
-                                  model_path=cfg.model.path, seed=cfg.seed)
+                                  model_path=cfg.model.path, seed=cfg.seed,
+                                  compute_dtype=self.autocast)
         if self.step > 0:
             self.engine.sync_weights(self.model)
 
@@ -266,7 +268,8 @@ class Trainer:
         batch = pack(prompts, responses, self.tokenizer.pad_token_id).to(self.device)
         rewards = torch.tensor([x for _, _, g in kept for x in g], device=self.device)
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
-        return Rollout(batch, rewards, group_ids, stats)
+        return Rollout(batch, rewards, group_ids, stats,
+                       [s.logprobs for _, group, _ in kept for s in group])
 
     def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
         m = self.cfg.optim.micro_batch_size
@@ -371,6 +374,7 @@ class Trainer:
                         if self.reference.held else None)
             t_logprob = time.perf_counter() - t1
             mask = batch.response_mask
+            metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
 
             # -- advantage (a KL placed in the reward becomes a token penalty first)
             penalty = kl_reward_penalty(self.loss_cfg, old_logp,
