@@ -7,9 +7,6 @@ leak into the rest of the test session, and one `LLM` per process is vLLM's own 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,14 +20,3 @@ VLLM_TINY = TinyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_
 @pytest.fixture(scope="session")
 def vllm_tiny(tmp_path_factory) -> Path:
     return build_tiny(tmp_path_factory.mktemp("vllm-tiny") / "model", VLLM_TINY, progress=False)
-
-
-def run_cli(*args: str, timeout: float = 300) -> str:
-    """`python -m <args>` in a fresh process; fails the test with its output on error."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    if proc.returncode != 0:
-        pytest.fail(f"python -m {' '.join(args)} exited {proc.returncode}:\n"
-                    f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return proc.stdout + proc.stderr

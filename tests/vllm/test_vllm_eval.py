@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from _vllm_cli import run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from _vllm_cli import run_cli
 
 from trainer.config import parse_run_config
 
