@@ -121,6 +121,8 @@ _TRAIN_METRICS = [
     _m("time_update", "Update time", None, "sum", "seconds", 2, "seconds in updates"),
     _m("time_step", "Step time", None, "sum", "seconds", 2, "seconds per step"),
     _m("tokens_per_sec", "Tokens/s", True, "mean", "float", 1, "training throughput"),
+    _m("rollout_logprob_gap_mean", "Sampler log-prob gap", False, "mean", "float", 6, "mean |log pi_vllm - log pi_trainer| per sampled token"),
+    _m("rollout_logprob_gap_max", "Max sampler log-prob gap", False, "max", "float", 6, "max |log pi_vllm - log pi_trainer| over sampled tokens"),
     _m("nonfinite_skips", "Non-finite skips", False, "last", "int", 0,
        "skipped updates so far (the trainer logs a running total)"),
     _m("ref_updates", "Reference updates", None, "last", "int", 0, "reference refreshes so far"),

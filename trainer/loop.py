@@ -46,7 +46,7 @@ from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
 from trainer.logprobs import PackedBatch, PolicyLogProbs, micro_batches, pack
 from trainer.reference import Reference
-from trainer.rollout import make_engine
+from trainer.rollout import logprob_gap, make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
@@ -159,6 +159,7 @@ class Round:
     rewards: list[float]
     correct: list[bool]
     truncated: list[bool]
+    logprobs: list[list[float] | None]  # per response: the engine's (vllm), or None (hf)
 
 
 @dataclass
@@ -169,6 +170,7 @@ class Rollout:
     rewards: torch.Tensor  # (B,)
     group_ids: torch.Tensor  # (B,) long
     stats: dict = field(default_factory=dict)
+    engine_logprobs: list | None = None  # per row: the engine's log-probs of its tokens
 
 
 def learning_rate(optim, step: int) -> float:
@@ -238,7 +240,8 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self._resume()
         self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
-                                  model_path=cfg.model.path, seed=cfg.seed)
+                                  model_path=cfg.model.path, seed=cfg.seed,
+                                  compute_dtype=self.autocast)
         if self.step > 0:
             self.engine.sync_weights(self.model)
 
@@ -317,7 +320,8 @@ class Trainer:
             prompt_ids=[self.tokenizer(x, add_special_tokens=self.add_special)["input_ids"]
                         for x in texts],
             token_ids=[list(s.token_ids) for s in flat], rewards=list(rewards),
-            correct=list(correct), truncated=[s.finish_reason == "length" for s in flat])
+            correct=list(correct), truncated=[s.finish_reason == "length" for s in flat],
+            logprobs=[s.logprobs for s in flat])
 
     def collect(self) -> Rollout:
         """Rollout + reward (+ dynamic sampling). Stats cover every generated response.
@@ -327,7 +331,7 @@ class Trainer:
         single-process order and makes the same refill decision."""
         r = self.cfg.rollout
         dynamic = self.method.dynamic_sampling
-        kept: list[tuple[list[int], list[list[int]], list[float]]] = []  # per group
+        kept: list[tuple] = []  # per group: prompt ids, response ids, rewards, engine log-probs
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
         per_round = r.gen_prompts_per_round or r.prompts_per_step
@@ -352,7 +356,8 @@ class Trainer:
                                                   r.filter_metric):
                         dropped += 1
                         continue
-                    kept.append((prompt_ids, res.token_ids[group], group_rewards))
+                    kept.append((prompt_ids, res.token_ids[group], group_rewards,
+                                 res.logprobs[group]))
             if not dynamic or len(kept) >= r.prompts_per_step or gen_batches >= r.max_gen_batches:
                 break
         # Extra groups from the last refill are generated but not trained on (DAPO does the same).
@@ -372,12 +377,13 @@ class Trainer:
         if not kept:
             empty = torch.zeros(0)
             return Rollout(None, empty, empty.long(), stats)
-        prompts = [p for p, group, _ in kept for _ in group]
-        responses = [ids for _, group, _ in kept for ids in group]
+        prompts = [p for p, group, *_ in kept for _ in group]
+        responses = [ids for _, group, *_ in kept for ids in group]
         batch = pack(prompts, responses, self.tokenizer.pad_token_id).to(self.device)
-        rewards = torch.tensor([x for _, _, g in kept for x in g], device=self.device)
+        rewards = torch.tensor([x for _, _, g, _ in kept for x in g], device=self.device)
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
-        return Rollout(batch, rewards, group_ids, stats)
+        return Rollout(batch, rewards, group_ids, stats,
+                       [lp for *_, group_lps in kept for lp in group_lps])
 
     def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
         """This rank's micro-batches of `rows`; padded with empty ones to the largest rank's
@@ -526,6 +532,7 @@ class Trainer:
                         if self.reference.held else None)
             t_logprob = time.perf_counter() - t1
             mask = batch.response_mask
+            metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
 
             # -- advantage (a KL placed in the reward becomes a token penalty first)
             penalty = kl_reward_penalty(self.loss_cfg, old_logp,

@@ -54,8 +54,10 @@ class TinyConfig(BaseModel):
     hidden_size: int = Field(96, ge=8)
     intermediate_size: int = Field(288, ge=8)
     num_layers: int = Field(2, ge=1)
-    num_heads: int = Field(4, ge=1)
-    max_positions: int = Field(256, ge=32, description="longest prompt + response in tokens")
+    num_heads: int = Field(3, ge=1)
+    max_positions: int = Field(
+        1024, ge=32, description="longest prompt + response in tokens (vLLM enforces it: an AIME "
+        "prompt is ~450 tiny-tokenizer tokens)")
     sft_steps: int = Field(600, ge=0, description="warm-start optimizer steps (0: random init)")
     sft_batch_size: int = Field(32, ge=1)
     sft_lr: float = Field(3e-3, gt=0)

@@ -21,7 +21,8 @@ CANONICAL = (
     "truncated_frac entropy kl_ref_k1 kl_ref_k3 kl_behav_k1 kl_behav_k3 is_weight_mean "
     "is_weight_max clip_frac_upper clip_frac_lower clip_frac_dual pg_loss kl_loss loss "
     "groups_kept groups_dropped gen_batches grad_norm lr time_rollout time_logprob time_update "
-    "time_step tokens_per_sec nonfinite_skips ref_updates"
+    "time_step tokens_per_sec rollout_logprob_gap_mean rollout_logprob_gap_max nonfinite_skips "
+    "ref_updates"
 ).split()
 
 

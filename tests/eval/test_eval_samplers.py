@@ -1,11 +1,9 @@
-"""Sampler tests on the tiny checkpoint; vLLM (not installable here) via a stand-in module."""
+"""Sampler tests on the tiny checkpoint (transformers); the vLLM sampler is tested for real in
+tests/vllm/."""
 
 from __future__ import annotations
 
 import shutil
-import sys
-import types
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -15,11 +13,11 @@ from eval.prompts import build_prompt, render
 from eval.samplers import (
     HFSampler,
     Sample,
-    VLLMSampler,
     check_checkpoint,
+    checkpoint_defaults_ignored,
     get_sampler,
     hf_generate,
-    vllm_sampling_params,
+    sampling_generation_config,
 )
 
 
@@ -112,78 +110,76 @@ def test_check_checkpoint_errors(tmp_path, tiny_checkpoint):
         check_checkpoint(bare)
 
 
-# ---- vLLM stand-in: records what our code passes to the real API surface ----
+# ---- the exact sampling distribution (checkpoint sampling defaults ignored) ----
 
 
-@dataclass
-class _Completion:
-    token_ids: list
-    text: str
-    finish_reason: str
+@pytest.fixture(scope="module")
+def opinionated_checkpoint(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint with a peaked head (the top 3 tokens hold roughly half the mass)
+    and a generation_config.json full of sampling defaults a hub model might carry."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)
+    gc = model.generation_config
+    gc.do_sample, gc.top_k, gc.top_p, gc.temperature = True, 3, 0.5, 0.3
+    gc.repetition_penalty, gc.min_p, gc.no_repeat_ngram_size = 1.5, 0.2, 1
+    out = tmp_path_factory.mktemp("opinionated") / "ckpt"
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(out)
+    assert '"top_k": 3' in (out / "generation_config.json").read_text()
+    return out
 
 
-@dataclass
-class _Request:
-    outputs: list
+def _scores_and_logits(model, tok, prompt, temperature, ignore_defaults: bool):
+    """Per generated position: the scores `generate` samples from and the raw logits."""
+    config = sampling_generation_config(model, tok, temperature=temperature, top_p=1.0,
+                                        max_new_tokens=6)
+    enc = tok([prompt], return_tensors="pt", add_special_tokens=False)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        if ignore_defaults:
+            with checkpoint_defaults_ignored(model):
+                out = model.generate(**enc, generation_config=config, output_scores=True,
+                                     output_logits=True, return_dict_in_generate=True)
+        else:
+            out = model.generate(**enc, generation_config=config, output_scores=True,
+                                 output_logits=True, return_dict_in_generate=True)
+    return torch.stack(out.scores), torch.stack(out.logits)  # (T, 1, V) each
 
 
-def _fake_vllm(finish="stop"):
-    mod = types.ModuleType("vllm")
-    calls = {}
-
-    class SamplingParams:
-        def __init__(self, **kwargs):
-            calls["params"] = kwargs
-            self.kwargs = kwargs
-
-    class LLM:
-        def __init__(self, **kwargs):
-            calls["llm"] = kwargs
-
-        def generate(self, prompts, params, use_tqdm=False):
-            calls["prompts"] = prompts
-            n = params.kwargs["n"]
-            return [
-                _Request([_Completion([5, 6, 2], f"Answer: {i}", finish) for _ in range(n)])
-                for i, _ in enumerate(prompts)
-            ]
-
-    mod.SamplingParams, mod.LLM = SamplingParams, LLM
-    return mod, calls
+def test_generate_samples_from_the_full_softmax_exactly(opinionated_checkpoint):
+    """The probabilities `generate` samples from (its processed scores) are exactly
+    softmax(logits / temperature): no top_k, repetition penalty, min_p or n-gram ban."""
+    model = AutoModelForCausalLM.from_pretrained(opinionated_checkpoint)
+    tok = AutoTokenizer.from_pretrained(opinionated_checkpoint)
+    prompt = build_prompt("Compute 1 + 2.", "dapo", tok)
+    for temperature in (1.0, 0.7):
+        scores, logits = _scores_and_logits(model, tok, prompt, temperature, True)
+        torch.testing.assert_close(torch.log_softmax(scores, -1),
+                                   torch.log_softmax(logits / temperature, -1))
+    # Control: the checkpoint's defaults would change the distribution if let through.
+    scores, logits = _scores_and_logits(model, tok, prompt, 1.0, False)
+    assert torch.isinf(scores).sum() > 0  # top_k / min_p cut tokens to -inf
+    assert model.generation_config.top_k == 3  # restored after generate
 
 
-def test_vllm_sampling_params_are_explicit(monkeypatch):
-    mod, calls = _fake_vllm()
-    monkeypatch.setitem(sys.modules, "vllm", mod)
-    vllm_sampling_params(n=32, temperature=1.0, top_p=0.7, max_new_tokens=8192, seed=3)
-    assert calls["params"] == {
-        "n": 32,
-        "temperature": 1.0,
-        "top_p": 0.7,
-        "max_tokens": 8192,
-        "seed": 3,
-        "skip_special_tokens": True,
-    }
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        vllm_sampling_params(n=1, temperature=1.0, top_p=1.0, max_new_tokens=0, seed=0)
-
-
-def test_vllm_sampler_maps_outputs(monkeypatch, tiny_checkpoint):
-    mod, calls = _fake_vllm()
-    monkeypatch.setitem(sys.modules, "vllm", mod)
-    sampler = get_sampler("vllm", tiny_checkpoint, seed=0)
-    assert isinstance(sampler, VLLMSampler) and calls["llm"]["model"] == str(tiny_checkpoint)
-    prompt = build_prompt("What is 3?", "dapo", sampler.tokenizer)
-    out = sampler.sample(
-        [prompt, prompt], n=2, temperature=1.0, top_p=1.0, max_new_tokens=9, seed=0
-    )
-    assert out[1][0] == Sample([5, 6, 2], "Answer: 1", "stop") and len(out[0]) == 2
-    ids = calls["prompts"][0]["prompt_token_ids"]
-    # chat-formatted text already has BOS: tokenized without adding a second one
-    assert ids == sampler.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    assert ids.count(sampler.tokenizer.bos_token_id) == 1
-    mod2, _ = _fake_vllm(finish="abort")
-    monkeypatch.setitem(sys.modules, "vllm", mod2)
-    aborted = VLLMSampler(tiny_checkpoint)
-    with pytest.raises(RuntimeError, match="finish_reason='abort'"):
-        aborted.sample(["x"], n=1, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=0)
+def test_hf_generate_hits_tokens_outside_the_top_k_at_the_softmax_rate(opinionated_checkpoint):
+    """Statistical check through hf_generate itself: N first tokens drawn at temperature 1;
+    the count outside the checkpoint's top 3 is Binomial(N, p_out) with p_out from the full
+    softmax. Fixed seed; the bound (5 sigma) fails a correct sampler with prob. < 1e-6, and
+    top_k=3 (count 0) fails it by ~45 sigma."""
+    model = AutoModelForCausalLM.from_pretrained(opinionated_checkpoint)
+    tok = AutoTokenizer.from_pretrained(opinionated_checkpoint)
+    prompt = build_prompt("Compute 1 + 2.", "dapo", tok)
+    enc = tok([prompt], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        probs = torch.softmax(model(**enc).logits[0, -1].double(), -1)  # (V,)
+    top3 = set(probs.topk(3).indices.tolist())
+    p_out = 1.0 - probs[list(top3)].sum().item()
+    assert 0.2 < p_out < 0.8  # a peaked head: the test has power both ways
+    n = 2000
+    samples = hf_generate(model, tok, [prompt], n=n, temperature=1.0, top_p=1.0,
+                          max_new_tokens=1, seed=0, batch_size=500)[0]
+    outside = sum(s.token_ids[0] not in top3 for s in samples)
+    sigma = (n * p_out * (1 - p_out)) ** 0.5
+    assert abs(outside - n * p_out) <= 5 * sigma, (outside, n * p_out, sigma)

@@ -27,6 +27,7 @@ CANONICAL = {
     "clip_frac_lower", "clip_frac_dual", "pg_loss", "kl_loss", "loss", "groups_kept",
     "groups_dropped", "gen_batches", "grad_norm", "lr", "time_rollout", "time_logprob",
     "time_update", "time_step", "tokens_per_sec", "nonfinite_skips", "ref_updates",
+    "rollout_logprob_gap_mean", "rollout_logprob_gap_max",
 }
 TIMING = {"time_rollout", "time_logprob", "time_update", "time_step", "tokens_per_sec"}
 
