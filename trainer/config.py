@@ -173,6 +173,9 @@ class DebugConfig(_Section):
     nonfinite_steps: list[int] = Field(
         default_factory=list, description="steps whose loss is replaced by NaN (guard drill)"
     )
+    sleep_per_step_s: float = Field(
+        0.0, ge=0, description="seconds slept after each step (drills that need a run to "
+        "last, e.g. a scheduler's time-limit warning arriving mid-run)")
     fail_at: tuple[int, int] | None = Field(
         None, description="[rank, step]: that rank raises at the start of that step (drill: "
         "one failing rank must end a distributed job)")

@@ -637,6 +637,7 @@ def train(cfg: RunConfig, deadline: float | None = None) -> Path:
                     raise Preempted("deadline", trainer.step)
                 t_step = time.monotonic()
                 metrics = trainer.run_step()
+                time.sleep(cfg.debug.sleep_per_step_s)
                 clock.record_step(time.monotonic() - t_step)
                 steps_this_process += 1
                 if tracker:

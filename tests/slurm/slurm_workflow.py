@@ -38,8 +38,9 @@ def profile_overlay(dest: Path, lead_s: int | None = None) -> Path:
 
 def micro_sweep(root: Path, name: str, *, model: str = "tiny", steps: int = 4,
                 seeds: tuple[int, ...] = (0,), train_min: int = 10, train_gpus: int = 0,
-                eval_limit: int = 8) -> Path:
-    """One method, `steps` steps, one evaluation (the last step, toy task) per seed."""
+                eval_limit: int = 8, step_seconds: float = 0.0) -> Path:
+    """One method, `steps` steps, one evaluation (the last step, toy task) per seed.
+    step_seconds: a floor on each step's duration (debug.sleep_per_step_s)."""
     cfg = {
         "name": name,
         "results_dir": str(root / "results"),
@@ -51,6 +52,7 @@ def micro_sweep(root: Path, name: str, *, model: str = "tiny", steps: int = 4,
             "optim": {"steps": steps},
             "checkpoint": {"state_every_steps": 1},
             "tracking": {"progress": False},
+            "debug": {"sleep_per_step_s": step_seconds},
         },
         "methods": ["RPG-REINFORCE-URKL"],
         "seeds": list(seeds),

@@ -59,11 +59,11 @@ def time_limit_run(slurm, model, tmp_path_factory):
     At step 2 a helper thread shortens the running job's limit (`scontrol update
     TimeLimit=`, whole minutes) to end 4-5 minutes from now, so the shipped warning falls
     due at SLURM's next time-limit check (every 30 s). The trainer still has steps to go
-    then (80 steps: over 30 s even at 0.4 s a step); the retry has a 20-minute limit.
+    then (80 steps of at least 1 s each, `debug.sleep_per_step_s`, however fast the machine); the retry has a 20-minute limit.
     """
     root = tmp_path_factory.mktemp("timelimit")
     steps = 80
-    config = micro_sweep(root, "timelimit", model=model, steps=steps)
+    config = micro_sweep(root, "timelimit", model=model, steps=steps, step_seconds=1.0)
     wf = Workflow(slurm, root, config, profile_overlay(root / "profile"))
     proc = wf.start()
     shortened: dict = {}
