@@ -37,13 +37,16 @@ def test_deadline_sources(monkeypatch):
 
 
 def test_a_run_whose_next_step_would_miss_the_deadline_saves_and_exits_75(make_cfg, tmp_path):
-    cfg = make_cfg("dl", optim={"steps": 400}, checkpoint={"deadline_margin_s": 0.0})
+    # 400 steps of at least 0.5 s each (debug.sleep_per_step_s) cannot end before the
+    # deadline below, however fast the machine.
+    cfg = make_cfg("dl", optim={"steps": 400}, checkpoint={"deadline_margin_s": 0.0},
+                   debug={"sleep_per_step_s": 0.5})
     path = tmp_path / "dl.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     run = [sys.executable, "-m", "trainer", "--config", str(path)]
     # Ends after the first step has been measured: some steps run, then the trainer stops
     # with a state (the margin-free rule: now + longest step > deadline).
-    proc = subprocess.run([*run, "--deadline", str(time.time() + 25)], capture_output=True,
+    proc = subprocess.run([*run, "--deadline", str(time.time() + 20)], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == PREEMPTED_EXIT_CODE, proc.stderr[-2000:]
     assert "would end past the deadline" in proc.stdout
