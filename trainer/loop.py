@@ -395,12 +395,13 @@ class Trainer:
         return groups + [empty] * (distributed.pad_to(len(groups), self.world) - len(groups))
 
     def _forward(self, module, batch: PackedBatch, micro: torch.Tensor, with_entropy: bool):
-        """Log-probs (b, t) of one micro-batch; an empty one runs a 1-row stand-in (so the
-        collectives match) whose result the caller weighs by 0."""
-        mb = batch.rows(mb_rows(micro, self.device))
+        """Row indices, sub-batch and log-probs (b, t) of one micro-batch; an empty one runs a
+        1-row stand-in (so the collectives match) whose result the caller weighs by 0."""
+        idx = mb_rows(micro, self.device)
+        mb = batch.rows(idx)
         logp, ent = module(mb, temperature=self.cfg.rollout.temperature,
                            with_entropy=with_entropy, autocast=self.autocast)
-        return mb, logp, ent
+        return idx, mb, logp, ent
 
     @torch.no_grad()
     def logprobs_no_grad(self, module, batch: PackedBatch, with_entropy: bool):
@@ -412,7 +413,7 @@ class Trainer:
         logp = torch.zeros(B, T, device=self.device)
         entropy = torch.zeros(B, T, device=self.device)
         for rows in self._micro_batches(batch, torch.arange(B, device=self.device)):
-            _, lp, ent = self._forward(module, batch, rows, with_entropy)
+            _, _, lp, ent = self._forward(module, batch, rows, with_entropy)
             if len(rows):
                 logp[rows, : lp.shape[1]] = lp  # a micro-batch is trimmed to its longest row
                 entropy[rows, : ent.shape[1]] = ent
@@ -429,8 +430,8 @@ class Trainer:
         total_loss = torch.zeros((), device=self.device)
         sums: dict[str, torch.Tensor] = {}
         for micro in self._micro_batches(batch, rows):
-            mb, logp, _ = self._forward(self.policy, batch, micro, with_entropy=False)
-            idx, t = mb_rows(micro, self.device), mb.response_mask.shape[1]
+            idx, mb, logp, _ = self._forward(self.policy, batch, micro, with_entropy=False)
+            t = mb.response_mask.shape[1]
             loss, metrics = compute_policy_loss(
                 self.loss_cfg, logp, old_logp[idx, :t],
                 None if ref_logp is None else ref_logp[idx, :t],
