@@ -147,17 +147,23 @@ def test_read_only_store_warns_in_one_line(tmp_path, capfd):
     assert "\n" not in messages[0]
 
 
-def test_sqlite_artifacts_stay_with_the_results_not_the_cwd(tmp_path, tiny_model, monkeypatch):
-    """Artifacts of a sqlite store go to mlflow-artifacts/ beside it (results/<sweep>/), not
-    to ./mlruns of whatever directory the job runs in."""
+def _sweep_run_from_elsewhere(tmp_path, monkeypatch, **keys):
+    """A one-method sweep under tmp_path/results, with the working directory moved to an
+    unrelated folder (where a stray ./mlruns would appear). Returns (that folder, sweep)."""
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text(yaml.safe_dump({
         "name": "s", "results_dir": str(tmp_path / "results"), "methods": ["GRPO"],
-        "eval": {"steps": [2], "benchmarks": ["toy"]}}))
-    sweep = load_sweep(sweep_file)
+        "eval": {"steps": [2], "benchmarks": ["toy"]}, **keys}))
+    return cwd, load_sweep(sweep_file)
+
+
+def test_sqlite_artifacts_stay_with_the_results_not_the_cwd(tmp_path, tiny_model, monkeypatch):
+    """Artifacts of a sqlite store go to mlflow-artifacts/ beside it (results/<sweep>/), not
+    to ./mlruns of whatever directory the job runs in."""
+    cwd, sweep = _sweep_run_from_elsewhere(tmp_path, monkeypatch)
     assert start_parent_run(sweep, tmp_path / "parent") is not None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the mirror must not fail
@@ -204,14 +210,8 @@ def mlflow_server(tmp_path):
 
 def test_tracking_server_keeps_artifacts_in_its_own_store(tmp_path, mlflow_server, monkeypatch):
     uri, server_artifacts = mlflow_server
-    cwd = tmp_path / "elsewhere"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    sweep_file = tmp_path / "s.yaml"
-    sweep_file.write_text(yaml.safe_dump({
-        "name": "s", "results_dir": str(tmp_path / "results"), "methods": ["GRPO"],
-        "mlflow": {"uri": uri}, "eval": {"steps": [2], "benchmarks": ["toy"]}}))
-    run_id = start_parent_run(load_sweep(sweep_file), tmp_path / "parent")
+    cwd, sweep = _sweep_run_from_elsewhere(tmp_path, monkeypatch, mlflow={"uri": uri})
+    run_id = start_parent_run(sweep, tmp_path / "parent")
     assert run_id is not None
     assert len(list(server_artifacts.rglob("sweep.json"))) == 1
     assert not (cwd / "mlruns").exists()
