@@ -63,3 +63,11 @@ def heading_anchors(page: Path) -> set[str]:
         slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
         anchors.add(slug)
     return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_perf_scripts_named_in_the_docs_exist(page):
+    """`python perf/<name>.py` in a page names a script the repository ships."""
+    for script in re.findall(r"\bperf/\w+\.py", page.read_text()):
+        assert (REPO / script).is_file(), f"{page.relative_to(REPO)}: {script}"
+    assert not (REPO / "benchmarks").exists(), "performance scripts live in perf/"

@@ -4,7 +4,7 @@ The model's backbone runs once; the LM head then runs over the response position
 chunks of `chunk_tokens` rows, each chunk upcast to float32 and reduced to (log-prob,
 entropy) immediately. Under autograd each chunk is checkpointed, so its [chunk, V] logits
 are recomputed in backward instead of kept: peak memory is O(chunk * V), not O(B * T * V)
-(benchmarks/logprob_memory.py measures it against the naive path).
+(perf/logprob_memory.py measures it against the naive path).
 
 Legend: B sequences, P prompt length (left-padded), T response length (right-padded),
 L = P + T, H hidden size, V vocabulary, N = B * T flattened response positions.
@@ -206,7 +206,7 @@ def response_logprobs(
 
 
 def naive_response_logprobs(model, batch: PackedBatch, temperature: float = 1.0):
-    """Reference path (tests, benchmarks): full logits, float32 log-softmax over (B, T, V)."""
+    """Reference path (tests, perf scripts): full logits, float32 log-softmax over (B, T, V)."""
     position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp_min(0)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                    position_ids=position_ids, use_cache=False).logits  # (B, L, V)

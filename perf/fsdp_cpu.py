@@ -1,8 +1,8 @@
 """FSDP2 on CPU: per-rank memory of weights + AdamW state, and update throughput, world
 size 2 vs 1, side by side in one run.
 
-    python benchmarks/fsdp_cpu.py                 # a 4-layer, hidden-256 model, 64 rows
-    python benchmarks/fsdp_cpu.py --hidden 512 --layers 8
+    python perf/fsdp_cpu.py                 # a 4-layer, hidden-256 model, 64 rows
+    python perf/fsdp_cpu.py --hidden 512 --layers 8
 
 Builds a random-init model (no warm start), then launches the same measurement with
 `python -m trainer.launch` at world size 1 and 2 (gloo): one fixed global batch (the

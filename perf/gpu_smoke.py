@@ -1,8 +1,8 @@
 """GPU smoke test: trainer steps in bf16 on CUDA with FSDP2, tokens/s and peak memory.
 
-    python benchmarks/gpu_smoke.py                          # tiny model, 1 GPU
-    python benchmarks/gpu_smoke.py --size 0.5b              # ~0.5B-parameter Llama
-    python benchmarks/gpu_smoke.py --size 0.5b --gpus 2     # FSDP2 over 2 GPUs
+    python perf/gpu_smoke.py                          # tiny model, 1 GPU
+    python perf/gpu_smoke.py --size 0.5b              # ~0.5B-parameter Llama
+    python perf/gpu_smoke.py --size 0.5b --gpus 2     # FSDP2 over 2 GPUs
 
 Builds the model locally (the tiny task's tokenizer; `--size 0.5b` is hidden 1280 x 24
 layers, random init, no warm start), then runs `--steps` trainer steps through

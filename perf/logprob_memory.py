@@ -1,7 +1,7 @@
 """Peak memory of token log-probs + entropy: chunked (trainer) vs naive full log-softmax.
 
-    python benchmarks/logprob_memory.py                  # vocab 32k, 1024 tokens, CPU
-    python benchmarks/logprob_memory.py --device cuda --tokens 4096 --vocab 151936
+    python perf/logprob_memory.py                  # vocab 32k, 1024 tokens, CPU
+    python perf/logprob_memory.py --device cuda --tokens 4096 --vocab 151936
 
 Both paths start from the same final hidden states (N = tokens, H) and LM-head weight
 (V, H) and produce log-probs and entropies with gradients to the hidden states; the

@@ -1,7 +1,7 @@
 """Step time of this trainer vs TRL's GRPOTrainer on the same tiny model, batch and length.
 
     /work/venv/bin/pip install trl           # benchmark-only dependency
-    python benchmarks/trl_step_time.py --model DIR [--steps 10]
+    python perf/trl_step_time.py --model DIR [--steps 10]
 
 Both run GRPO (group z-score advantages, clip 0.2, beta as configured) for `--steps` steps
 with 8 prompts x 8 samples, 32 new tokens, on the CPU; the script prints mean seconds per

@@ -1,7 +1,7 @@
 """Padded token positions processed / real tokens, before vs after token-budget micro-batches.
 
-    python benchmarks/padding_waste.py                       # 512 x 16 responses, 8k cap
-    python benchmarks/padding_waste.py --rows 1024 --budgets 32768
+    python perf/padding_waste.py                       # 512 x 16 responses, 8k cap
+    python perf/padding_waste.py --rows 1024 --budgets 32768
 
 Lengths are drawn from a lognormal (median ~1.5k response tokens, capped at 8k, prompts
 100-400 tokens), the shape of a reasoning batch. "before": micro-batches of a fixed number

@@ -1,7 +1,7 @@
 """Peak memory of an RPG run (reference = rollout policy) vs a GRPO run (fixed reference).
 
-    python benchmarks/reference_memory.py                 # ~30M-parameter Llama, CPU
-    python benchmarks/reference_memory.py --device cuda --hidden 2048 --layers 16
+    python perf/reference_memory.py                 # ~30M-parameter Llama, CPU
+    python perf/reference_memory.py --device cuda --hidden 2048 --layers 16
 
 Builds one random HF Llama (same weights for both runs; the tiny tokenizer), then runs 2
 trainer steps per method, each in a fresh process, and prints side by side: the model

@@ -1,7 +1,7 @@
 """Learning target of the tiny default: held-out accuracy before/after 100 RL steps.
 
-    python benchmarks/learning_curve.py                       # builds the tiny model first
-    python benchmarks/learning_curve.py --model DIR --methods RPG-REINFORCE-URKL GRPO DAPO
+    python perf/learning_curve.py                       # builds the tiny model first
+    python perf/learning_curve.py --model DIR --methods RPG-REINFORCE-URKL GRPO DAPO
 
 For each method: one run of `--steps` steps with the trainer's tiny defaults (the method's
 own loss, advantage and reference schedule from algorithms.METHODS), then held-out
