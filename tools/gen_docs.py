@@ -1,0 +1,286 @@
+"""Regenerate the tables in docs/ that code can produce, or check that they are current.
+
+    python tools/gen_docs.py            # rewrite every generated block in place
+    python tools/gen_docs.py --check    # exit 1 and name each stale block (CI: tests/test_docs_generated.py)
+
+A page marks a generated block with a pair of HTML comments, which Markdown viewers hide:
+
+    <!-- generated:run-config -->
+    ...table written by this script...
+    <!-- /generated:run-config -->
+
+The text between the markers belongs to this script; edit the code it reads instead (a
+pydantic `Field(description=...)`, the metric registry, the audit). Hand-pasted tables
+drift; these cannot, because the test fails when a block differs from what the code gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = ["docs/*.md", "config/README.md", "README.md"]
+BLOCK = re.compile(r"(<!-- generated:([\w-]+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
+
+
+# ---------------------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------------------
+
+
+def cell(text: str) -> str:
+    """One table cell: a literal `|` would end the cell, so it is escaped."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
+    """A GitHub Markdown table; `align` holds one of l/r per column (default: left)."""
+    align = align or "l" * len(header)
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = [header, rule, *rows]
+    return "".join("| " + " | ".join(cell(c) for c in line) + " |\n" for line in lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Config models: one row per key, from the pydantic fields
+# ---------------------------------------------------------------------------------------
+
+
+def _docstring_fields(model: type[BaseModel]) -> dict[str, str]:
+    """`name: text` entries of a model's docstring, for fields without a Field description."""
+    doc = inspect.cleandoc(model.__doc__ or "")
+    found: dict[str, str] = {}
+    name = None
+    for line in doc.splitlines():
+        match = re.match(r"^(\w+): (.*)$", line)
+        if match and match.group(1) in model.model_fields:
+            name = match.group(1)
+            found[name] = match.group(2).strip()
+        elif name and line.startswith(" ") and line.strip():
+            found[name] += " " + line.strip()
+        else:
+            name = None
+    return found
+
+
+def _model_in(annotation) -> type[BaseModel] | None:
+    """The BaseModel class of `X` or `X | None`, else None."""
+    candidates = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return c
+    return None
+
+
+def _is_union(annotation) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+
+
+def _allowed(field) -> str:
+    """Allowed values: the Literal choices, or the numeric bounds, plus null when optional."""
+    annotation = field.annotation
+    parts = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    optional = type(None) in parts
+    choices: list[str] = []
+    names: list[str] = []
+    for p in parts:
+        if p is type(None):
+            continue
+        if typing.get_origin(p) is typing.Literal:
+            choices += [f"`{v}`" for v in typing.get_args(p)]
+        else:
+            names.append(getattr(p, "__name__", None) if not typing.get_args(p) else
+                         str(p).replace("typing.", ""))
+    bounds = []
+    for meta in field.metadata:
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                bounds.append(f"{sign} {value}")
+    text = " | ".join(choices) if choices else " ".join(n for n in names if n)
+    if bounds:
+        text += ", " + ", ".join(bounds)
+    if optional:
+        text += " or `null`"
+    return text
+
+
+def _default(field) -> str:
+    if field.is_required():
+        return "(required)"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return ""
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, tuple):
+        value = list(value)
+    if value == "":
+        return '`""`'
+    return f"`{value}`"
+
+
+def config_rows(model: type[BaseModel], prefix: str = "") -> Iterator[list[str]]:
+    """[key, default, allowed, meaning] per field; a nested model gives its own rows."""
+    fallback = _docstring_fields(model)
+    for name, field in model.model_fields.items():
+        key = prefix + name
+        meaning = field.description or fallback.get(name, "")
+        sub = _model_in(field.annotation)
+        if sub is not None:
+            section_doc = inspect.cleandoc(sub.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+            default = _default(field)
+            head = f"**`{key}`**" + (f" ({default})" if default else "")
+            yield [head, "", "", meaning or section_doc]
+            yield from config_rows(sub, key + ".")
+        else:
+            yield [f"`{key}`", _default(field), _allowed(field), meaning]
+
+
+def config_table(model: type[BaseModel]) -> str:
+    return markdown_table(["key", "default", "allowed", "meaning"], list(config_rows(model)))
+
+
+def gen_run_config() -> str:
+    from trainer.config import RunConfig
+
+    return config_table(RunConfig)
+
+
+def gen_loss_config() -> str:
+    from algorithms.config import LossConfig
+
+    return config_table(LossConfig)
+
+
+# ---------------------------------------------------------------------------------------
+# The exact-gradient audit and the metric registry
+# ---------------------------------------------------------------------------------------
+
+
+def gen_audit() -> str:
+    """The audit's summary table at its default seed and beta (what `python -m algorithms.audit` prints)."""
+    import torch
+
+    from algorithms.audit import run_audit, summary_table
+
+    torch.set_num_threads(1)
+    table = summary_table(run_audit())
+    align = "".join("r" if c.startswith("KL-part var") else "l" for c in table.columns)
+    return markdown_table(list(table.columns), table.astype(str).values.tolist(), align)
+
+
+def _metric_registry():
+    """The registry module: analysis.metrics (its own module) or, before that move, analysis.collect."""
+    try:
+        from analysis import metrics as registry
+    except ImportError:
+        from analysis import collect as registry
+    return registry
+
+
+def gen_metrics() -> str:
+    registry = _metric_registry()
+    metas = list(registry.load_metric_meta().values())
+    metas += [registry.metric_meta(f"{family}_4") for family in ("pass_at", "maj_at")]
+    rows = []
+    better = {True: "higher", False: "lower", None: ""}
+    for m in metas:
+        name, display = m.name, m.display
+        if re.fullmatch(r"(pass|maj)_at_4", name):
+            name, display = name[:-1] + "<k>", display.replace("4", "k")
+        rows.append([f"`{name}`", display, better[m.higher_is_better], m.aggregation, m.fmt,
+                     m.description])
+    header = ["name", "shown as", "better", "per-run summary", "format", "meaning"]
+    source = f"From `{registry.__name__}.load_metric_meta()` and `metric_meta()` (families).\n\n"
+    return source + markdown_table(header, rows)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "run-config": gen_run_config,
+    "loss-config": gen_loss_config,
+    "audit": gen_audit,
+    "metrics": gen_metrics,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Pages
+# ---------------------------------------------------------------------------------------
+
+
+def pages(repo: Path = REPO) -> list[Path]:
+    return sorted({p for pattern in PAGES for p in repo.glob(pattern)})
+
+
+def render(text: str, cache: dict[str, str], where: str) -> str:
+    """`text` with every generated block rewritten; an unknown block name is an error."""
+    def replace(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in GENERATORS:
+            raise SystemExit(f"{where}: unknown generated block {name!r}; known: "
+                             f"{sorted(GENERATORS)} (tools/gen_docs.py)")
+        if name not in cache:
+            cache[name] = GENERATORS[name]()
+        return match.group(1) + cache[name] + match.group(4)
+
+    return BLOCK.sub(replace, text)
+
+
+def stale_blocks(repo: Path = REPO, write: bool = False) -> list[str]:
+    """'page: block' for every block that differs from the code's; rewrites them if `write`.
+
+    A generator whose block appears on no page is reported too, so deleting a marker pair
+    cannot turn a generated table back into a pasted one unnoticed.
+    """
+    cache: dict[str, str] = {}
+    stale, seen = [], set()
+    for page in pages(repo):
+        where = str(page.relative_to(repo))
+        old = page.read_text()
+        names = [m.group(2) for m in BLOCK.finditer(old)]
+        seen.update(names)
+        new = render(old, cache, where)
+        if new != old:
+            old_blocks = {m.group(2): m.group(3) for m in BLOCK.finditer(old)}
+            stale += [f"{where}: {n}" for n in names if cache.get(n) != old_blocks[n]]
+            if write:
+                page.write_text(new)
+    stale += [f"(no page): {n}" for n in GENERATORS if n not in seen]
+    return stale
+
+
+def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="only check; exit 1 naming each stale block")
+    args = parser.parse_args(argv)
+    stale = stale_blocks(repo, write=not args.check)
+    missing = [s for s in stale if s.startswith("(no page)")]
+    if args.check and stale:
+        for s in stale:
+            print(f"stale generated block: {s}; run `python tools/gen_docs.py`", file=sys.stderr)
+        return 1
+    if missing:
+        for s in missing:
+            print(f"generated block without a page: {s}; add its markers to a docs page",
+                  file=sys.stderr)
+        return 1
+    for s in stale:
+        print(f"rewrote {s}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
