@@ -1,0 +1,191 @@
+"""docs/extending.md is true: each recipe, done at runtime the way the page says, is picked
+up by the harness (the sweep expands it, the trainer or the evaluation runs it).
+
+The recipes edit a registry in a source file; here the same registration happens at runtime
+(monkeypatch undoes it after each test), then the real entry points run: sweep expansion,
+`trainer.loop.train` on a small tiny model, `python -m eval` in-process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from algorithms import ADVANTAGE_ESTIMATORS, METHODS, ClipConfig, LossConfig, Method
+from sweep import expand, parse_sweep
+from sweep.runconfig import run_config
+from trainer.config import parse_run_config
+from trainer.loop import train
+from trainer.tiny import TinyConfig, build_tiny
+
+# The trainer tests' small model: 1 layer, 40 SFT steps, a few seconds to build.
+SMALL = TinyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                   sft_steps=40, sft_batch_size=16, sft_lr=5e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model", SMALL, progress=False)
+
+
+def run_cfg(tiny_dir: Path, out: Path, **sections):
+    """Two small RL steps (4 prompts x 4 samples, 16 new tokens), no MLflow."""
+    data = {
+        "run_id": out.name, "out_dir": str(out), "seed": 0,
+        "model": {"path": str(tiny_dir), "device": "cpu"},
+        "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 16, "overlong_buffer": 4,
+                    "dynamic_sampling": False},
+        "optim": {"steps": 2, "lr": 1e-3},
+        "tracking": {"mlflow_uri": None, "progress": False},
+        **sections,
+    }
+    return parse_run_config(data, f"test:{out.name}")
+
+
+def metric_lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def sweep(**kw):
+    base = {"name": "recipes", "eval": {"steps": [2], "benchmarks": ["toy"]}}
+    return parse_sweep({**base, **kw}, "recipe.yaml")
+
+
+# --- a method -------------------------------------------------------------------------------
+
+
+def test_a_method_from_existing_pieces(monkeypatch, tiny_dir, tmp_path):
+    method = Method(
+        name="RPG-URKL-BETA1E-3",
+        loss=LossConfig(objective="rpg", divergence="urkl", form="reinforce",
+                        clip=ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=10.0), beta=1e-3),
+        advantage="group_mean", reference="rollout", dynamic_sampling=True,
+        overlong_shaping=True, source="docs/extending.md example",
+    )
+    monkeypatch.setitem(METHODS, method.name, method)  # = one more Method(...) in _METHODS
+
+    cells, _ = expand(sweep(methods=[method.name]))
+    assert [c.run_id for c in cells] == ["rpg-urkl-beta1e-3_s0"]
+    cfg = run_config(sweep(methods=[method.name]), cells[0])
+    assert cfg["method"]["name"] == method.name
+
+    out = train(run_cfg(tiny_dir, tmp_path / "m", method={"name": method.name}))
+    assert [r["step"] for r in metric_lines(out)] == [1, 2]
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["tags"]["method"] == method.name
+
+
+# --- an advantage estimator -------------------------------------------------------------------
+
+
+def test_an_advantage_estimator(monkeypatch, tiny_dir, tmp_path):
+    calls = []
+
+    def leave_one_out(rewards, group_ids, returns, mask):
+        """A - mean of the *other* samples of the group (RLOO)."""
+        calls.append(len(rewards))
+        same = group_ids[:, None] == group_ids[None, :]
+        n = same.sum(1).to(rewards.dtype)
+        others = (same.to(rewards.dtype) @ rewards - rewards) / (n - 1).clamp(min=1)
+        return rewards - others
+
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "leave_one_out", leave_one_out)
+
+    # The method registry accepts it, and so does a run config override.
+    Method(name="x", loss=METHODS["RPG-URKL"].loss, advantage="leave_one_out")
+    rewards = torch.tensor([1.0, -1.0, -1.0, 1.0])
+    from algorithms import compute_advantages
+
+    adv = compute_advantages(rewards, torch.tensor([0, 0, 1, 1]), "leave_one_out")
+    assert torch.equal(adv, torch.tensor([2.0, -2.0, -2.0, 2.0]))
+
+    calls.clear()
+    out = train(run_cfg(tiny_dir, tmp_path / "a",
+                        method={"name": "RPG-URKL", "advantage": "leave_one_out"}))
+    assert len(metric_lines(out)) == 2 and calls == [16, 16]  # once per step, 4 x 4 samples
+
+
+# --- a benchmark ------------------------------------------------------------------------------
+
+
+def test_a_benchmark(monkeypatch, tiny_dir, tmp_path):
+    from eval.__main__ import main as eval_main
+    from eval.benchmarks import BENCHMARKS, HubSource
+
+    monkeypatch.setitem(BENCHMARKS, "gsm8k", HubSource("openai/gsm8k", split="test",
+                                                        problem_column="question"))
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps({"id": str(i), "problem": f"What is {i} + {i}?",
+                                        "answer": str(2 * i)}) + "\n" for i in range(3)))
+
+    spec = sweep(methods=["GRPO"], eval={"steps": [2], "benchmarks": ["toy", "gsm8k"],
+                                        "files": {"gsm8k": str(data)}})
+    assert spec.eval.benchmarks == ["toy", "gsm8k"]
+
+    out = tmp_path / "eval"
+    code = eval_main(["--checkpoint", str(tiny_dir), "--benchmark", "gsm8k",
+                      "--benchmark-file", str(data), "--n", "2", "--max-new-tokens", "8",
+                      "--scorers", "dapo", "--step", "0", "--out", str(out), "--no-progress"])
+    assert code == 0
+    summary = json.loads((out / "gsm8k.json").read_text())
+    assert summary["benchmark"] == "gsm8k" and summary["num_problems"] == 3
+    assert set(summary["scorers"]) == {"dapo"}
+
+
+# --- a sweep axis -----------------------------------------------------------------------------
+
+# One example value per axis. A new axis must add one here: the test below then checks that
+# the sweep applies it, names the run after it and hands it to the trainer.
+AXIS_EXAMPLES = {
+    "divergence": "rkl",
+    "form": "reinforce",
+    "ratio_level": "sequence",
+    "estimator": "k2",
+    "kl_placement": "reward",
+    "kl_importance_weight": "detached",
+    "clip": {"eps_low": 0.1, "eps_high": 0.1, "dual_c": 3.0},
+    "beta": 1e-3,
+    "reference": {"schedule": "every_k", "k": 5},
+}
+# Axes whose example needs another axis to make a valid loss (sequence ratios are unclipped).
+COMPANIONS = {"ratio_level": {"clip": [None]}}
+
+
+def test_every_sweep_axis_has_an_example():
+    from sweep.spec import Axes
+
+    missing = set(Axes.model_fields) - set(AXIS_EXAMPLES)
+    assert not missing, f"add an example value for the new axis {sorted(missing)} to AXIS_EXAMPLES"
+
+
+@pytest.mark.parametrize("axis", sorted(AXIS_EXAMPLES))
+def test_a_sweep_axis_reaches_the_run_config(axis):
+    """The sweep file accepts the axis, some method applies it, the run id spells it, and the
+    trainer's run config carries it (loss axes in `method`, the reference schedule in
+    `method.reference`)."""
+    value = AXIS_EXAMPLES[axis]
+    schema = json.loads((Path(__file__).resolve().parents[2]
+                         / "workflow/schemas/sweep.schema.json").read_text())
+    assert axis in schema["$defs"]["Axes"]["properties"], "regenerate the schema: python -m sweep schema"
+
+    spec = sweep(methods=list(METHODS), axes={axis: [value], **COMPANIONS.get(axis, {})})
+    cells, _ = expand(spec)
+    applied = [c for c in cells if axis in c.axes]
+    assert applied, f"axis {axis!r} applies to no registered method"
+    plain_ids = {c.run_id for c in expand(sweep(methods=list(METHODS)))[0]}
+    for cell in applied:
+        if axis in ("divergence", "form"):  # an RPG method is renamed for what it becomes
+            assert value.upper() in cell.label, cell.label
+        else:
+            assert cell.run_id not in plain_ids, f"{cell.run_id}: the run id must name the axis"
+        resolved = parse_run_config(run_config(spec, cell), "cell").resolved_method()
+        if axis == "reference":
+            assert resolved.reference == value["schedule"]
+        elif axis == "clip":
+            assert resolved.loss.clip == ClipConfig(**value)
+        else:
+            assert getattr(resolved.loss, axis) == value
