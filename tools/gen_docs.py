@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import re
 import sys
 import types
@@ -81,37 +82,50 @@ def _model_in(annotation) -> type[BaseModel] | None:
     return None
 
 
+def _list_item_model(annotation) -> type[BaseModel] | None:
+    """X for `list[X]`, `list[X | None]` (and those `| None`) when X is a BaseModel."""
+    candidates = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    for c in candidates:
+        if typing.get_origin(c) is list:
+            return _model_in(typing.get_args(c)[0])
+    return None
+
+
 def _is_union(annotation) -> bool:
     return typing.get_origin(annotation) in (typing.Union, types.UnionType)
 
 
+def _type_text(annotation) -> str:
+    """A readable type: Literal choices as code, `list of ...`, a model by its name."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "`null`"
+    if origin is typing.Literal:
+        return " | ".join(f"`{v}`" for v in args)
+    if _is_union(annotation):
+        return " or ".join(_type_text(a) for a in sorted(args, key=lambda a: a is type(None)))
+    if origin is list:
+        inner = _type_text(args[0])
+        return f"list of ({inner})" if _is_union(args[0]) else f"list of {inner}"
+    if origin is tuple:
+        return "[" + ", ".join(_type_text(a) for a in args) + "]"
+    if origin is dict:
+        return f"map of {_type_text(args[0])} to {_type_text(args[1])}"
+    if annotation is typing.Any:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
 def _allowed(field) -> str:
-    """Allowed values: the Literal choices, or the numeric bounds, plus null when optional."""
-    annotation = field.annotation
-    parts = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-    optional = type(None) in parts
-    choices: list[str] = []
-    names: list[str] = []
-    for p in parts:
-        if p is type(None):
-            continue
-        if typing.get_origin(p) is typing.Literal:
-            choices += [f"`{v}`" for v in typing.get_args(p)]
-        else:
-            names.append(getattr(p, "__name__", None) if not typing.get_args(p) else
-                         str(p).replace("typing.", ""))
+    """Allowed values: the type (Literal choices spelled out) and any numeric bounds."""
     bounds = []
     for meta in field.metadata:
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             value = getattr(meta, attr, None)
             if value is not None:
                 bounds.append(f"{sign} {value}")
-    text = " | ".join(choices) if choices else " ".join(n for n in names if n)
-    if bounds:
-        text += ", " + ", ".join(bounds)
-    if optional:
-        text += " or `null`"
-    return text
+    text = _type_text(field.annotation)
+    return text + (" (" + ", ".join(bounds) + ")" if bounds else "")
 
 
 def _default(field) -> str:
@@ -124,8 +138,8 @@ def _default(field) -> str:
         return "`null`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
-    if isinstance(value, tuple):
-        value = list(value)
+    if isinstance(value, (tuple, list, dict)):
+        return f"`{json.dumps(list(value) if isinstance(value, tuple) else value)}`"
     if value == "":
         return '`""`'
     return f"`{value}`"
@@ -141,11 +155,14 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> Iterator[list[str]]
         if sub is not None:
             section_doc = inspect.cleandoc(sub.__doc__ or "").split("\n\n")[0].replace("\n", " ")
             default = _default(field)
-            head = f"**`{key}`**" + (f" ({default})" if default else "")
+            head = f"**`{key}`**" + (f" ({default.strip('()')})" if default else "")
             yield [head, "", "", meaning or section_doc]
             yield from config_rows(sub, key + ".")
         else:
             yield [f"`{key}`", _default(field), _allowed(field), meaning]
+            item = _list_item_model(field.annotation)
+            if item is not None:  # e.g. the sweep's axes.clip: a list of ClipAxis settings
+                yield from config_rows(item, key + "[].")
 
 
 def config_table(model: type[BaseModel]) -> str:
@@ -156,6 +173,12 @@ def gen_run_config() -> str:
     from trainer.config import RunConfig
 
     return config_table(RunConfig)
+
+
+def gen_sweep_config() -> str:
+    from sweep.spec import SweepConfig
+
+    return config_table(SweepConfig)
 
 
 def gen_loss_config() -> str:
@@ -210,6 +233,7 @@ def gen_metrics() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "run-config": gen_run_config,
     "loss-config": gen_loss_config,
+    "sweep-config": gen_sweep_config,
     "audit": gen_audit,
     "metrics": gen_metrics,
 }

@@ -79,16 +79,19 @@ class Outer(BaseModel):
     limit: float | None = Field(None, gt=0, le=1, description="a fraction")
     names: list[int] = Field(default_factory=list)
     inner: Inner = Field(default_factory=Inner)
+    grid: list[Inner | None] | None = None
     flag: bool = True
 
 
 def test_config_rows_come_from_fields_docstrings_and_nested_sections():
     assert list(gen_docs.config_rows(Outer)) == [
         ["`mode`", "`a`", "`a` | `b`", "how it runs, continued here."],
-        ["`limit`", "`null`", "float, > 0, <= 1 or `null`", "a fraction"],
-        ["`names`", "`[]`", "list[int]", ""],
+        ["`limit`", "`null`", "float or `null` (> 0, <= 1)", "a fraction"],
+        ["`names`", "`[]`", "list of int", ""],
         ["**`inner`**", "", "", "An inner section."],
-        ["`inner.k`", "`10`", "int, >= 1", "every k steps"],
+        ["`inner.k`", "`10`", "int (>= 1)", "every k steps"],
+        ["`grid`", "`null`", "list of (Inner or `null`) or `null`", ""],
+        ["`grid[].k`", "`10`", "int (>= 1)", "every k steps"],
         ["`flag`", "`true`", "bool", ""],
     ]
 
