@@ -189,3 +189,29 @@ def test_a_sweep_axis_reaches_the_run_config(axis):
             assert resolved.loss.clip == ClipConfig(**value)
         else:
             assert getattr(resolved.loss, axis) == value
+
+
+# --- a new RPG divergence ---------------------------------------------------------------------
+
+
+def test_every_rpg_divergence_is_wired_everywhere_the_recipe_lists():
+    """A divergence is spelled in several places (docs/extending.md lists them); this fails
+    naming the place a new one is missing from."""
+    import typing
+
+    from algorithms import kl
+    from algorithms.audit import DIVERGENCE_LABEL, audit_rows
+    from algorithms.config import Divergence
+    from algorithms.losses import RPG_KL_SURROGATES
+    from sweep.spec import Axes
+
+    names = set(typing.get_args(Divergence))
+    assert set(RPG_KL_SURROGATES) == names, "algorithms/losses.py RPG_KL_SURROGATES"
+    assert set(DIVERGENCE_LABEL) == names, "algorithms/audit.py DIVERGENCE_LABEL"
+    audited = {r.cfg.divergence for r in audit_rows() if r.family == "rpg"}
+    assert audited == names, "algorithms/audit.py audit_rows"
+    (axis_values,) = typing.get_args(typing.get_args(Axes.model_fields["divergence"].annotation)[0])
+    assert set(typing.get_args(axis_values)) == names, "sweep/spec.py Axes.divergence"
+    p, ref = torch.tensor([0.2, 0.8], dtype=torch.float64), torch.tensor([0.5, 0.5], dtype=torch.float64)
+    for name in names:
+        assert torch.isfinite(kl.divergence(name, p, ref)), "algorithms/kl.py divergence"
