@@ -169,29 +169,54 @@ def head_logprobs(
     return torch.cat(logps), torch.cat(ents)
 
 
+def _padded_states(backbone, batch: PackedBatch) -> torch.Tensor:
+    """(B, T, H): the hidden states that predict the response tokens, from the padded batch."""
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp_min(0)  # (B, L) as in generate
+    hidden = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      position_ids=position_ids, use_cache=False).last_hidden_state  # (B, L, H)
+    P, T = batch.prompt_len, batch.response_mask.shape[1]
+    return hidden[:, P - 1 : P + T - 1]
+
+
+def _packed_states(backbone, batch: PackedBatch) -> torch.Tensor:
+    """(B, T, H) as `_padded_states`, computed padding-free: every row's real tokens are
+    concatenated into one sequence whose position ids restart at 0 per row, with no attention
+    mask. FlashAttention-2 then runs variable-length attention over the rows; sdpa and eager
+    get a block-diagonal causal mask that transformers builds from the position ids. No
+    padding token is computed. Rows are contiguous in `attention_mask` (left-padded prompt,
+    then the response), so a row-major selection keeps each row's tokens together."""
+    real = batch.attention_mask.bool()
+    input_ids = batch.input_ids[real][None]  # (1, N)
+    position_ids = (batch.attention_mask.cumsum(-1) - 1)[real][None]  # (1, N)
+    hidden = backbone(input_ids=input_ids, position_ids=position_ids,
+                      use_cache=False).last_hidden_state[0]  # (N, H)
+    lengths = real.sum(-1)  # (B,)
+    starts = lengths.cumsum(0) - lengths
+    T = batch.response_mask.shape[1]
+    # the state predicting response token j of row i: its prompt's last token, then onwards
+    index = (starts + batch.prompt_lengths - 1)[:, None] + torch.arange(T, device=hidden.device)
+    index = torch.minimum(index, (starts + lengths - 1)[:, None])  # padding: any own state
+    return hidden[index]  # (B, T, H)
+
+
 def response_logprobs(
     model, batch: PackedBatch, *, temperature: float = 1.0, chunk_tokens: int | None = None,
-    with_entropy: bool = False, autocast: torch.dtype | None = None,
+    with_entropy: bool = False, autocast: torch.dtype | None = None, padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (B, T) of the response tokens under `model` (and entropies (B, T)), float32,
     zero off `batch.response_mask`. Gradients flow when grad mode is on.
 
-    `temperature` divides the logits, matching the sampler's distribution.
+    `temperature` divides the logits, matching the sampler's distribution. `padding_free`:
+    one concatenated sequence instead of a padded batch (`_packed_states`).
     """
     backbone, head = model.get_decoder(), model.get_output_embeddings()
     if backbone is None or head is None:
         raise TypeError(f"{type(model).__name__} exposes no get_decoder()/get_output_embeddings()")
     device = batch.input_ids.device
-    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp_min(0)  # (B, L) as in generate
+    states = _packed_states if padding_free else _padded_states
     with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-        hidden = backbone(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-            position_ids=position_ids, use_cache=False,
-        ).last_hidden_state  # (B, L, H)
-    P = batch.prompt_len
-    T = batch.response_mask.shape[1]
-    h = hidden[:, P - 1 : P + T - 1]  # (B, T, H): the states that predict response tokens
-    B, _, H = h.shape
+        h = states(backbone, batch)  # (B, T, H)
+    B, T, H = h.shape
     weight = head.weight if autocast is None else head.weight.to(autocast)
     bias = getattr(head, "bias", None)
     h = h.reshape(B * T, H)  # (N, H)
@@ -234,6 +259,8 @@ class PolicyLogProbs(torch.nn.Module):
         return self.model.get_decoder()
 
     def forward(self, batch: PackedBatch, *, temperature: float = 1.0, with_entropy: bool = False,
-                autocast: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                autocast: torch.dtype | None = None, padding_free: bool = False,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         return response_logprobs(self.model, batch, temperature=temperature,
-                                 with_entropy=with_entropy, autocast=autocast)
+                                 with_entropy=with_entropy, autocast=autocast,
+                                 padding_free=padding_free)

@@ -77,3 +77,27 @@ def test_head_logprobs_direct():
     full = torch.log_softmax(h @ w.T, -1)
     torch.testing.assert_close(lp, full.gather(-1, t[:, None]).squeeze(-1))
     torch.testing.assert_close(ent, -(full.exp() * full).sum(-1))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_padding_free_equals_padded_values_and_gradients(model, attn):
+    """One concatenated sequence with restarting position ids gives each row exactly its
+    padded-batch log-probs, entropies and gradients (no attention across rows)."""
+    model.config._attn_implementation = attn
+    batch = _batch()
+    try:
+        outs = {}
+        for free in (False, True):
+            model.zero_grad()
+            lp, ent = response_logprobs(model, batch, with_entropy=True, padding_free=free)
+            (lp.sum() + 0.1 * ent.sum()).backward()
+            grads = [p.grad.clone() for p in model.parameters()]
+            outs[free] = (lp.detach(), ent.detach(), grads)
+    finally:
+        model.config._attn_implementation = "sdpa"
+        model.zero_grad()
+    torch.testing.assert_close(outs[True][0], outs[False][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[True][1], outs[False][1], atol=1e-5, rtol=1e-5)
+    for g_free, g_padded in zip(outs[True][2], outs[False][2]):
+        torch.testing.assert_close(g_free, g_padded, atol=1e-5, rtol=1e-4)
+    assert (outs[True][0][batch.response_mask == 0] == 0).all()
