@@ -230,12 +230,21 @@ def gen_metrics() -> str:
     return source + markdown_table(header, rows)
 
 
+def gen_sizing() -> str:
+    """Per-GPU memory and step time of every shipped preset (`python -m sweep.sizing --all`)."""
+    from sweep.sizing import GPUS, MEAN_RESPONSE, PRESETS, preset_row, table
+
+    rows = [preset_row(paths, GPUS["h100"], MEAN_RESPONSE) for paths in PRESETS]
+    return table(rows, "h100", MEAN_RESPONSE).rstrip("\n") + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "run-config": gen_run_config,
     "loss-config": gen_loss_config,
     "sweep-config": gen_sweep_config,
     "audit": gen_audit,
     "metrics": gen_metrics,
+    "sizing": gen_sizing,
 }
 
 
