@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from common.layout import SweepDir
+
 Scorer = Literal["dapo", "math_verify"]
 
 
@@ -185,7 +187,7 @@ class SweepConfig(Strict):
 
     @property
     def mlflow_uri(self) -> str:
-        return self.mlflow.uri or f"sqlite:///{self.out_dir / 'mlflow.db'}"
+        return self.mlflow.uri or f"sqlite:///{SweepDir(self.out_dir).mlflow_db}"
 
     @property
     def experiment(self) -> str:

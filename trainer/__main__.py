@@ -37,7 +37,7 @@ def _train(args) -> int:
     except ValueError as e:
         print(f"error: --deadline: {e}", file=sys.stderr)
         return 2
-    from eval.files import read_run_id
+    from common.files import read_run_id
     from trainer import distributed
     from trainer.checkpoint import UnsafeStateError
     from trainer.loop import train

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from algorithms import REFERENCE_SCHEDULES, Method, get_method, with_overrides
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
+from common.layout import SweepDir
 
 
 class _Section(BaseModel):
@@ -206,7 +207,8 @@ class RunConfig(_Section):
         if "method" not in self.tags:
             self.tags = {**self.tags, "method": method.name}
         if self.tracking.mlflow_uri == "auto":
-            db = (Path(self.out_dir) / ".." / ".." / "mlflow.db").resolve()
+            # the run directory is <sweep>/runs/<run_id>: the sweep's database
+            db = SweepDir(Path(self.out_dir) / ".." / "..").mlflow_db.resolve()
             self.tracking.mlflow_uri = f"sqlite:///{db}"
         for s in self.checkpoint.eval_steps:
             if not 1 <= s <= self.optim.steps:

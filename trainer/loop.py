@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from algorithms import compute_advantages, compute_policy_loss, kl_reward_penalty
-from eval.files import write_atomic
+from common.files import write_atomic
 from eval.prompts import build_prompt
 from trainer import distributed
 from trainer.checkpoint import (
