@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from algorithms.reference import REFERENCE_SCHEDULES, get_reference_schedule
 from common.layout import SweepDir
 
 Scorer = Literal["dapo", "math_verify"]
@@ -35,9 +36,16 @@ class ClipAxis(Strict):
 class ReferenceAxis(Strict):
     """One reference schedule: rollout (paper), fixed (GRPO), every_k, kl_target."""
 
-    schedule: Literal["rollout", "fixed", "every_k", "kl_target"]
+    schedule: str = Field(json_schema_extra=lambda s: s.update(enum=list(REFERENCE_SCHEDULES)),
+                          description="a registered schedule (algorithms.reference)")
     k: int | None = Field(None, ge=1, description="every_k: refresh every k optimizer steps")
     kappa: float | None = Field(None, gt=0, description="kl_target: refresh above this KL")
+
+    @field_validator("schedule")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        get_reference_schedule(v)  # raises, listing the registered schedules
+        return v
 
 
 class Axes(Strict):

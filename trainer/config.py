@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from algorithms import REFERENCE_SCHEDULES, Method, get_method, with_overrides
+from algorithms import Method, get_method, get_reference_schedule, with_overrides
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
 from common.layout import SweepDir
 
@@ -92,13 +92,20 @@ class RolloutConfig(_Section):
 class ReferenceConfig(_Section):
     """Reference policy schedule (trainer.reference)."""
 
-    schedule: Literal["rollout", "fixed", "every_k", "kl_target"] | None = Field(
-        None, description="null = the method's default"
-    )
+    schedule: str | None = Field(
+        None, description="a registered schedule (algorithms.reference: rollout, fixed, "
+        "every_k, kl_target); null = the method's default")
     k: int = Field(10, ge=1, description="every_k: optimizer steps between refreshes")
     kappa: float = Field(0.05, gt=0, description="kl_target: refresh when the KL average > kappa")
     kl_ema: float = Field(0.9, ge=0, lt=1, description="kl_target: moving-average factor")
     kl_metric: Literal["kl_ref_k1", "kl_ref_k3"] = "kl_ref_k3"
+
+    @field_validator("schedule")
+    @classmethod
+    def _registered(cls, v: str | None) -> str | None:
+        if v is not None:
+            get_reference_schedule(v)  # raises, listing the registered schedules
+        return v
 
 
 class MethodConfig(_Section):
@@ -257,12 +264,6 @@ class RunConfig(_Section):
             return with_overrides(base, loss=loss or None, **fields)
         except ValidationError as e:
             raise ValueError(_format_errors(e, prefix="method.loss.")) from None
-
-    @property
-    def reference_schedule(self) -> str:
-        schedule = self.resolved_method().reference
-        assert schedule in REFERENCE_SCHEDULES
-        return schedule
 
 
 def _format_errors(err: ValidationError, prefix: str = "") -> str:
