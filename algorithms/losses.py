@@ -297,22 +297,30 @@ def compute_policy_loss(
     kl_loss = aggregate(kl, mask, cfg.agg, norm_len)
     loss = pg_loss + kl_loss
 
-    with torch.no_grad():
-        regions, w = terms.regions, terms.weight
-        region_mask = weight_mask.expand_as(regions.upper)
-        ref_for_kl = old_logp if ref_logp is None else ref_logp
-        metrics = {
-            "loss": loss.detach(),
-            "pg_loss": pg_loss.detach(),
-            "kl_loss": kl_loss.detach(),
-            "is_weight_mean": _masked_mean(w.expand_as(region_mask), region_mask),
-            "is_weight_max": _masked_max(w.expand_as(region_mask), region_mask),
-            "clip_frac_upper": _masked_mean(regions.upper.to(logp.dtype), region_mask),
-            "clip_frac_lower": _masked_mean(regions.lower.to(logp.dtype), region_mask),
-            "clip_frac_dual": _masked_mean(regions.dual.to(logp.dtype), region_mask),
-            "kl_ref_k1": _masked_mean(kl_estimate(logp, ref_for_kl, "k1"), mask),
-            "kl_ref_k3": _masked_mean(kl_estimate(logp, ref_for_kl, "k3"), mask),
-            "kl_behav_k1": _masked_mean(kl_estimate(logp, old_logp, "k1"), mask),
-            "kl_behav_k3": _masked_mean(kl_estimate(logp, old_logp, "k3"), mask),
-        }
-    return loss, {k: v.detach() for k, v in metrics.items()}
+    metrics = _metrics(terms, (loss, pg_loss, kl_loss), logp, old_logp, ref_logp, mask,
+                       weight_mask)
+    return loss, metrics
+
+
+@torch.no_grad()
+def _metrics(terms: Terms, losses, logp, old_logp, ref_logp, mask, weight_mask) -> dict:
+    """LOSS_METRICS of one loss evaluation, detached 0-dim tensors (no host sync)."""
+    loss, pg_loss, kl_loss = losses
+    regions, w = terms.regions, terms.weight
+    region_mask = weight_mask.expand_as(regions.upper)
+    ref_for_kl = old_logp if ref_logp is None else ref_logp
+    metrics = {
+        "loss": loss.detach(),
+        "pg_loss": pg_loss.detach(),
+        "kl_loss": kl_loss.detach(),
+        "is_weight_mean": _masked_mean(w.expand_as(region_mask), region_mask),
+        "is_weight_max": _masked_max(w.expand_as(region_mask), region_mask),
+        "clip_frac_upper": _masked_mean(regions.upper.to(logp.dtype), region_mask),
+        "clip_frac_lower": _masked_mean(regions.lower.to(logp.dtype), region_mask),
+        "clip_frac_dual": _masked_mean(regions.dual.to(logp.dtype), region_mask),
+        "kl_ref_k1": _masked_mean(kl_estimate(logp, ref_for_kl, "k1"), mask),
+        "kl_ref_k3": _masked_mean(kl_estimate(logp, ref_for_kl, "k3"), mask),
+        "kl_behav_k1": _masked_mean(kl_estimate(logp, old_logp, "k1"), mask),
+        "kl_behav_k3": _masked_mean(kl_estimate(logp, old_logp, "k3"), mask),
+    }
+    return {k: v.detach() for k, v in metrics.items()}

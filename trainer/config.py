@@ -21,6 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from algorithms import Method, get_method, get_reference_schedule, with_overrides
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
 from common.layout import SweepDir
+from eval.grading import SCORERS
+from eval.prompts import TEMPLATES
+from eval.samplers import BACKENDS
+
+# Names come from the registries that own them; these types only spell them for pydantic.
+TemplateName = Literal[tuple(TEMPLATES)]
+ScorerName = Literal[SCORERS]
+EngineName = Literal[BACKENDS]
 
 
 class _Section(BaseModel):
@@ -56,8 +64,8 @@ class TaskConfig(_Section):
     num_prompts: int | None = Field(
         2048, ge=1, description="toy: problems drawn from its train split; math: limit (null=all)"
     )
-    template: Literal["dapo", "boxed"] = "dapo"
-    scorer: Literal["dapo", "math_verify"] = "dapo"
+    template: TemplateName = Field("dapo", description="prompt template (eval.prompts)")
+    scorer: ScorerName = Field("dapo", description="reward grader (eval.grading)")
     reward_correct: float = Field(1.0, description="reward of a correct answer (DAPO: 1)")
     reward_incorrect: float = Field(-1.0, description="reward otherwise (DAPO scorer: -1)")
 
@@ -65,7 +73,7 @@ class TaskConfig(_Section):
 class RolloutConfig(_Section):
     """Sampling of responses. null = the method's default."""
 
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: EngineName = Field("hf", description="generation engine")
     n: int = Field(8, ge=1, description="responses per prompt (group size)")
     prompts_per_step: int = Field(8, ge=1, description="groups in one training batch")
     gen_prompts_per_round: int | None = Field(

@@ -170,6 +170,19 @@ class Rollout:
     engine_logprobs: list | None = None  # per row: the engine's log-probs of its tokens
 
 
+def _generation_stats(rewards: list[float], correct: list[bool], lengths: list[int],
+                      truncated: list[bool]) -> dict:
+    """Reward, accuracy and length statistics over every response generated in a step."""
+    rw = torch.tensor(rewards, dtype=torch.float32)
+    return {
+        "reward_mean": rw.mean().item(), "reward_std": rw.std(unbiased=False).item(),
+        "acc_mean": float(np.mean(correct)),
+        "response_length_mean": float(np.mean(lengths)),
+        "response_length_max": int(max(lengths)),
+        "truncated_frac": float(np.mean(truncated)),
+    }
+
+
 def learning_rate(optim, step: int) -> float:
     """The LR of RL step `step` (1-based): linear warm-up over `optim.warmup_rl_steps` RL
     steps, then constant. Counted in RL steps, as verl steps its scheduler once per training
@@ -444,16 +457,9 @@ class Trainer:
         groups_kept = min(len(kept), r.prompts_per_step)
         dropped += len(kept) - groups_kept
         kept = kept[:groups_kept]
-        rw = torch.tensor(all_rewards, dtype=torch.float32)
-        stats = {
-            "reward_mean": rw.mean().item(), "reward_std": rw.std(unbiased=False).item(),
-            "acc_mean": float(np.mean(all_correct)),
-            "response_length_mean": float(np.mean(lengths)),
-            "response_length_max": int(max(lengths)),
-            "truncated_frac": float(np.mean(truncated)),
-            "groups_kept": groups_kept, "groups_dropped": dropped, "gen_batches": gen_batches,
-            "response_tokens": int(sum(lengths)),
-        }
+        stats = {**_generation_stats(all_rewards, all_correct, lengths, truncated),
+                 "groups_kept": groups_kept, "groups_dropped": dropped,
+                 "gen_batches": gen_batches, "response_tokens": int(sum(lengths))}
         if not kept:
             empty = torch.zeros(0)
             return Rollout(None, empty, empty.long(), stats)
