@@ -55,16 +55,21 @@ def parse_step(name: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class RunDir:
-    """The directory of one training run (or of the initial model's evaluations)."""
+class _Dir:
+    """A directory whose layout the subclass names; `str()` is its path."""
 
     root: Path
 
-    def __init__(self, root: str | Path) -> None:
-        object.__setattr__(self, "root", Path(root))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))  # accept str too
 
     def __str__(self) -> str:
         return str(self.root)
+
+
+@dataclass(frozen=True)
+class RunDir(_Dir):
+    """The directory of one training run (or of the initial model's evaluations)."""
 
     @property
     def config(self) -> Path:
@@ -126,16 +131,8 @@ class RunDir:
 
 
 @dataclass(frozen=True)
-class SweepDir:
+class SweepDir(_Dir):
     """The output directory of one sweep, `<results_dir>/<name>`."""
-
-    root: Path
-
-    def __init__(self, root: str | Path) -> None:
-        object.__setattr__(self, "root", Path(root))
-
-    def __str__(self) -> str:
-        return str(self.root)
 
     @property
     def runs(self) -> Path:
