@@ -80,7 +80,7 @@ def load_policy(model_cfg, device: torch.device):
     if not model_cfg.path:
         raise ValueError("model.path is required (an HF model directory or hub id; for the "
                          "tiny default build one with `python -m trainer tiny --out DIR`)")
-    # Never the model repository's own code: checkpoints are data (README "Security").
+    # Never the model repository's own code: checkpoints are data (docs/security.md).
     tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

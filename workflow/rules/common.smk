@@ -58,7 +58,7 @@ INITIAL_EVALS = (
     if SWEEP.eval.initial and initial_model(SWEEP) is not None
     else []
 )
-# Runs whose jobs could not reach MLflow (README, "What we survive"): this invocation
+# Runs whose jobs could not reach MLflow (docs/reliability.md): this invocation
 # attaches them (rule mlflow_sync) after the report. The stamp is named by the pending notes'
 # content, and a failed sync appends to them, so each invocation with something pending
 # runs the sync again.
