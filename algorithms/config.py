@@ -1,7 +1,8 @@
 """`LossConfig`: one typed, validated description of a policy loss.
 
 Every named method and every grid cell of a sweep resolves to one `LossConfig`. Invalid
-combinations are rejected here, at construction, with a message that names the field, the
+combinations are rejected at construction, by the rules each objective registers next to
+its loss (`algorithms.objectives`, `algorithms.losses`), with a message that names the field, the
 bad value and what is allowed, so a sweep fails before any job starts.
 """
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Objective = Literal["rpg", "ppo", "reinforce"]
+from .objectives import OBJECTIVES, get_objective, invalid
+
 Divergence = Literal["fkl", "rkl", "ufkl", "urkl"]
 Form = Literal["differentiable", "reinforce"]
 Estimator = Literal["k1", "k2", "k3"]
@@ -21,9 +23,6 @@ RatioLevel = Literal["token", "sequence"]
 Aggregation = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
-
-DEFAULT_FORM: dict[str, str] = {"rpg": "differentiable", "ppo": "differentiable", "reinforce": "reinforce"}
-
 
 class ClipConfig(BaseModel):
     """Importance-weight clipping: PPO-style range [1-eps_low, 1+eps_high] plus dual clip c.
@@ -71,7 +70,7 @@ class LossConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    objective: Objective = "rpg"
+    objective: str = "rpg"
     divergence: Divergence | None = None
     form: Form | None = None
     estimator: Estimator | None = None
@@ -89,64 +88,26 @@ class LossConfig(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        objective = data.get("objective", "rpg")
-        if data.get("form") is None and objective in DEFAULT_FORM:
-            data["form"] = DEFAULT_FORM[objective]
+        objective = OBJECTIVES.get(data.get("objective", "rpg"))
+        if objective is None:
+            return data  # `_known_objective` names the registered ones
+        if data.get("form") is None:
+            data["form"] = objective.default_form
         if data.get("kl_placement") is None:
-            if objective == "rpg":
-                data["kl_placement"] = "exact"
-            else:
-                data["kl_placement"] = "loss" if data.get("estimator") else "none"
+            data["kl_placement"] = objective.default_placement(data.get("estimator"))
         return data
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, v: str) -> str:
+        get_objective(v)  # raises, listing the registered objectives
+        return v
 
     @model_validator(mode="after")
     def _check_combination(self) -> LossConfig:
-        def bad(field: str, value, allowed: str) -> ValueError:
-            return ValueError(
-                f"LossConfig.{field}={value!r} is invalid with objective={self.objective!r}: "
-                f"{allowed}"
-            )
-
-        if self.objective == "rpg":
-            if self.divergence is None:
-                raise bad("divergence", None, "rpg needs one of 'fkl', 'rkl', 'ufkl', 'urkl'")
-            if self.kl_placement != "exact":
-                raise bad("kl_placement", self.kl_placement, "rpg's KL term is exact; use 'exact'")
-            if self.estimator is not None:
-                raise bad("estimator", self.estimator,
-                          "rpg surrogates use no k1/k2/k3 estimator; leave it null")
-            if self.kl_importance_weight != "none":
-                raise bad("kl_importance_weight", self.kl_importance_weight,
-                          "the rpg surrogate carries its own weights; leave it 'none'")
-            if self.beta <= 0:
-                raise bad("beta", self.beta, "rpg needs beta > 0 (use ppo without KL for beta=0)")
-        else:
-            if self.divergence is not None:
-                raise bad("divergence", self.divergence,
-                          "only rpg takes a divergence; use estimator + kl_placement instead")
-            if self.kl_placement == "exact":
-                raise bad("kl_placement", "exact", "allowed: 'loss', 'reward', 'none'")
-            if self.kl_placement == "none":
-                if self.beta != 0 or self.estimator is not None:
-                    raise bad("kl_placement", "none",
-                              "with no KL term set beta=0 and estimator=null, or choose "
-                              "kl_placement 'loss' or 'reward'")
-            else:
-                if self.estimator is None:
-                    raise bad("estimator", None, f"kl_placement={self.kl_placement!r} needs "
-                              "one of 'k1', 'k2', 'k3'")
-                if self.beta <= 0:
-                    raise bad("beta", self.beta, "a KL penalty needs beta > 0")
-            if self.kl_placement != "loss" and self.kl_importance_weight != "none":
-                raise bad("kl_importance_weight", self.kl_importance_weight,
-                          "an importance weight applies only to kl_placement='loss'")
-            if self.form != DEFAULT_FORM[self.objective]:
-                raise bad("form", self.form, f"{self.objective} is "
-                          f"{DEFAULT_FORM[self.objective]!r} by definition; "
-                          "use objective='rpg' to choose a form")
-            if self.ratio_level != "token":
-                raise bad("ratio_level", self.ratio_level, "sequence ratios are for rpg only")
+        """The objective's own rules (registered next to its loss), then the shared ones."""
+        get_objective(self.objective).check(self)
         if self.ratio_level == "sequence" and self.clip is not None:
-            raise bad("clip", self.clip, "sequence-level ratios are the exact, unclipped "
-                      "estimator; set clip=null or ratio_level='token'")
+            raise invalid(self, "clip", self.clip, "sequence-level ratios are the exact, "
+                          "unclipped estimator; set clip=null or ratio_level='token'")
         return self

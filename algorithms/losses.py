@@ -19,8 +19,10 @@ The REINFORCE form (paper Table 2 / App. F) is L = -SG(c) * logp with c = -dL/dl
 coefficient of grad log pi above, obtained by differentiating the *same* surrogate, so
 both forms have identical per-sample gradients (Prop. 4.1) by construction.
 
-Objectives register in `OBJECTIVES` with one signature; `compute_policy_loss` picks one,
-aggregates and returns (loss, metrics). Nothing here calls .item() or touches files.
+Each objective registers here with `@register_objective` (algorithms.objectives), one
+signature for its terms and, next to them, the rules a LossConfig must meet to use it;
+`compute_policy_loss` picks one, aggregates and returns (loss, metrics). Nothing here calls
+.item() or touches files.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ import torch
 from .clipping import ClipRegions, clip_regions, clipped_pg_term
 from .config import LossConfig
 from .kl import kl_estimate
+from .objectives import get_objective, invalid, register_objective
+
+# The metrics `compute_policy_loss` returns, in order: the one list of their names.
+LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "is_weight_mean", "is_weight_max",
+                "clip_frac_upper", "clip_frac_lower", "clip_frac_dual", "kl_ref_k1", "kl_ref_k3",
+                "kl_behav_k1", "kl_behav_k3")
 
 # --- the RPG regularizer surrogates, one per divergence ---------------------------------------
 # Each takes (logw, logq) [B, T] (grad through logw) and returns the KL part of L without beta.
@@ -90,6 +98,23 @@ class Terms(NamedTuple):
     weight: torch.Tensor  # importance weight w = pi / mu
 
 
+def _check_rpg(cfg: LossConfig) -> None:
+    """The KL term of an rpg surrogate is exact: a divergence, no estimator, beta > 0."""
+    if cfg.divergence is None:
+        raise invalid(cfg, "divergence", None, "rpg needs one of 'fkl', 'rkl', 'ufkl', 'urkl'")
+    if cfg.kl_placement != "exact":
+        raise invalid(cfg, "kl_placement", cfg.kl_placement, "rpg's KL term is exact; use 'exact'")
+    if cfg.estimator is not None:
+        raise invalid(cfg, "estimator", cfg.estimator,
+                      "rpg surrogates use no k1/k2/k3 estimator; leave it null")
+    if cfg.kl_importance_weight != "none":
+        raise invalid(cfg, "kl_importance_weight", cfg.kl_importance_weight,
+                      "the rpg surrogate carries its own weights; leave it 'none'")
+    if cfg.beta <= 0:
+        raise invalid(cfg, "beta", cfg.beta, "rpg needs beta > 0 (use ppo without KL for beta=0)")
+
+
+@register_objective("rpg", check=_check_rpg, default_form="differentiable", exact_kl=True)
 def _rpg_terms(cfg, logp, logw, logq, adv) -> Terms:
     w = logw.exp()
     surrogate = RPG_KL_SURROGATES[cfg.divergence]
@@ -129,6 +154,37 @@ def _penalty(cfg, logp, logw, logq) -> torch.Tensor:
     return cfg.beta * k
 
 
+def _check_penalty(cfg: LossConfig) -> None:
+    """Rules of a penalty objective (ppo, reinforce): a KL term, if any, is an estimator
+    placed in the loss or the reward with beta > 0; the form is the objective's own."""
+    if cfg.divergence is not None:
+        raise invalid(cfg, "divergence", cfg.divergence,
+                      "only rpg takes a divergence; use estimator + kl_placement instead")
+    if cfg.kl_placement == "exact":
+        raise invalid(cfg, "kl_placement", "exact", "allowed: 'loss', 'reward', 'none'")
+    if cfg.kl_placement == "none":
+        if cfg.beta != 0 or cfg.estimator is not None:
+            raise invalid(cfg, "kl_placement", "none",
+                          "with no KL term set beta=0 and estimator=null, or choose "
+                          "kl_placement 'loss' or 'reward'")
+    else:
+        if cfg.estimator is None:
+            raise invalid(cfg, "estimator", None, f"kl_placement={cfg.kl_placement!r} needs "
+                          "one of 'k1', 'k2', 'k3'")
+        if cfg.beta <= 0:
+            raise invalid(cfg, "beta", cfg.beta, "a KL penalty needs beta > 0")
+    if cfg.kl_placement != "loss" and cfg.kl_importance_weight != "none":
+        raise invalid(cfg, "kl_importance_weight", cfg.kl_importance_weight,
+                      "an importance weight applies only to kl_placement='loss'")
+    form = get_objective(cfg.objective).default_form
+    if cfg.form != form:
+        raise invalid(cfg, "form", cfg.form, f"{cfg.objective} is {form!r} by definition; "
+                      "use objective='rpg' to choose a form")
+    if cfg.ratio_level != "token":
+        raise invalid(cfg, "ratio_level", cfg.ratio_level, "sequence ratios are for rpg only")
+
+
+@register_objective("ppo", check=_check_penalty, default_form="differentiable")
 def _ppo_terms(cfg, logp, logw, logq, adv) -> Terms:
     w = logw.exp()
     regions = clip_regions(w, adv, cfg.clip)
@@ -136,19 +192,13 @@ def _ppo_terms(cfg, logp, logw, logq, adv) -> Terms:
     return Terms(pg, _penalty(cfg, logp, logw, logq), regions, w)
 
 
+@register_objective("reinforce", check=_check_penalty, default_form="reinforce")
 def _reinforce_terms(cfg, logp, logw, logq, adv) -> Terms:
     w = logw.exp()
     regions = clip_regions(w, adv, cfg.clip)
     keep = regions.active.to(logp.dtype)
     pg = -(w * adv).detach() * logp * keep
     return Terms(pg, _penalty(cfg, logp, logw, logq), regions, w)
-
-
-OBJECTIVES: dict[str, Callable[..., Terms]] = {
-    "rpg": _rpg_terms,
-    "ppo": _ppo_terms,
-    "reinforce": _reinforce_terms,
-}
 
 
 # --- aggregation ---------------------------------------------------------------------------------
@@ -208,9 +258,7 @@ def compute_policy_loss(
     policy, the paper's setting); advantages [B] or [B, T]; mask [B, T] (1 on response
     tokens). norm_len: constant divisor of "seq-mean-token-sum-norm" (max response length).
 
-    Metrics (0-dim tensors, no host sync): loss, pg_loss, kl_loss, is_weight_mean,
-    is_weight_max, clip_frac_upper, clip_frac_lower, clip_frac_dual, kl_ref_k1, kl_ref_k3,
-    kl_behav_k1, kl_behav_k3.
+    Metrics: LOSS_METRICS, as 0-dim tensors (no host sync).
     """
     if logp.shape != old_logp.shape or logp.shape != mask.shape:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
@@ -233,7 +281,7 @@ def compute_policy_loss(
             raise ValueError("ratio_level='sequence' needs one advantage per sequence, "
                              f"got advantages of shape {tuple(advantages.shape)}")
         seq_logp = (logp * maskf).sum(-1, keepdim=True)  # (B, 1)
-        terms = OBJECTIVES[cfg.objective](
+        terms = get_objective(cfg.objective).terms(
             cfg, seq_logp, (logw * maskf).sum(-1, keepdim=True),
             (logq * maskf).sum(-1, keepdim=True), adv,
         )
@@ -241,7 +289,7 @@ def compute_policy_loss(
         pg, kl = terms.pg * per_token, terms.kl * per_token
         weight_mask = maskf.any(-1, keepdim=True)
     else:
-        terms = OBJECTIVES[cfg.objective](cfg, logp, logw, logq, adv)
+        terms = get_objective(cfg.objective).terms(cfg, logp, logw, logq, adv)
         pg, kl = terms.pg, terms.kl
         weight_mask = mask
 
@@ -249,22 +297,30 @@ def compute_policy_loss(
     kl_loss = aggregate(kl, mask, cfg.agg, norm_len)
     loss = pg_loss + kl_loss
 
-    with torch.no_grad():
-        regions, w = terms.regions, terms.weight
-        region_mask = weight_mask.expand_as(regions.upper)
-        ref_for_kl = old_logp if ref_logp is None else ref_logp
-        metrics = {
-            "loss": loss.detach(),
-            "pg_loss": pg_loss.detach(),
-            "kl_loss": kl_loss.detach(),
-            "is_weight_mean": _masked_mean(w.expand_as(region_mask), region_mask),
-            "is_weight_max": _masked_max(w.expand_as(region_mask), region_mask),
-            "clip_frac_upper": _masked_mean(regions.upper.to(logp.dtype), region_mask),
-            "clip_frac_lower": _masked_mean(regions.lower.to(logp.dtype), region_mask),
-            "clip_frac_dual": _masked_mean(regions.dual.to(logp.dtype), region_mask),
-            "kl_ref_k1": _masked_mean(kl_estimate(logp, ref_for_kl, "k1"), mask),
-            "kl_ref_k3": _masked_mean(kl_estimate(logp, ref_for_kl, "k3"), mask),
-            "kl_behav_k1": _masked_mean(kl_estimate(logp, old_logp, "k1"), mask),
-            "kl_behav_k3": _masked_mean(kl_estimate(logp, old_logp, "k3"), mask),
-        }
-    return loss, {k: v.detach() for k, v in metrics.items()}
+    metrics = _metrics(terms, (loss, pg_loss, kl_loss), logp, old_logp, ref_logp, mask,
+                       weight_mask)
+    return loss, metrics
+
+
+@torch.no_grad()
+def _metrics(terms: Terms, losses, logp, old_logp, ref_logp, mask, weight_mask) -> dict:
+    """LOSS_METRICS of one loss evaluation, detached 0-dim tensors (no host sync)."""
+    loss, pg_loss, kl_loss = losses
+    regions, w = terms.regions, terms.weight
+    region_mask = weight_mask.expand_as(regions.upper)
+    ref_for_kl = old_logp if ref_logp is None else ref_logp
+    metrics = {
+        "loss": loss.detach(),
+        "pg_loss": pg_loss.detach(),
+        "kl_loss": kl_loss.detach(),
+        "is_weight_mean": _masked_mean(w.expand_as(region_mask), region_mask),
+        "is_weight_max": _masked_max(w.expand_as(region_mask), region_mask),
+        "clip_frac_upper": _masked_mean(regions.upper.to(logp.dtype), region_mask),
+        "clip_frac_lower": _masked_mean(regions.lower.to(logp.dtype), region_mask),
+        "clip_frac_dual": _masked_mean(regions.dual.to(logp.dtype), region_mask),
+        "kl_ref_k1": _masked_mean(kl_estimate(logp, ref_for_kl, "k1"), mask),
+        "kl_ref_k3": _masked_mean(kl_estimate(logp, ref_for_kl, "k3"), mask),
+        "kl_behav_k1": _masked_mean(kl_estimate(logp, old_logp, "k1"), mask),
+        "kl_behav_k3": _masked_mean(kl_estimate(logp, old_logp, "k3"), mask),
+    }
+    return {k: v.detach() for k, v in metrics.items()}

@@ -30,7 +30,7 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from eval.files import INITIAL_DIR
+from common.layout import INITIAL_DIR
 
 # ---------------------------------------------------------------------------------------
 # Metric metadata

@@ -39,7 +39,7 @@ from analysis.tables import (
     write_last_best_tables,
     write_paper_vs_ours,
 )
-from eval.files import write_atomic
+from common.files import write_atomic
 
 REFERENCE_RELPATH = Path("results/reference/reported_results.csv")
 RUN_SUMMARY_METRICS = ("time_step", "nonfinite_skips", "ref_updates")

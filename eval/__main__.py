@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from common.files import read_run_id
 from eval.benchmarks import BENCHMARKS
-from eval.files import read_run_id
 from eval.grading import DEFAULT_TIMEOUT_S, SCORERS
 from eval.prompts import TEMPLATES
 

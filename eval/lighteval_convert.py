@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from eval.files import write_atomic
+from common.files import write_atomic
 
 SCORER = "lighteval_math_verify"
 _MEAN = (re.compile(r"avg@n:n=(\d+)"), re.compile(r"(?:math_)?pass@1:(\d+)_samples"))

@@ -23,9 +23,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
+from common.files import write_atomic
 from eval import grading, metrics, tracking
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
-from eval.files import write_atomic
 from eval.prompts import TEMPLATES, build_prompt
 from eval.samplers import Sample, check_checkpoint, get_sampler
 

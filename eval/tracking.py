@@ -20,8 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-RUN_ID_FILE = "mlflow_run_id"  # <run_dir>/mlflow_run_id: the run's MLflow run id
-PENDING_FILE = "mlflow_pending"  # <run_dir>/mlflow_pending: results not yet in MLflow
+from common.layout import RunDir
+
 ARTIFACT_DIR = "mlflow-artifacts"  # beside a sqlite database file
 PROBE_TIMEOUT_S = 5.0
 
@@ -89,7 +89,7 @@ def mark_pending(run_dir: str | Path, reason: str) -> None:
     Appends one line (concurrent evaluation jobs of one run each add theirs); never raises.
     """
     try:
-        path = Path(run_dir) / PENDING_FILE
+        path = RunDir(run_dir).mlflow_pending
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
             f.write(" ".join(reason.split())[:500] + "\n")

@@ -48,7 +48,8 @@ def measure(config: str, out: str, updates: int) -> None:
     from trainer.loop import Trainer
 
     trainer = Trainer(load_run_config(config))
-    trainer.step = 1
+    trainer.setup(track=False)
+    trainer.global_step = 1
     batch, rewards, groups = fixed_batch(trainer.model.config.vocab_size, 64, 8, trainer.device)
     old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
     adv = compute_advantages(rewards, groups, "group_mean", mask=batch.response_mask)

@@ -49,8 +49,9 @@ def one_run(model: str, method: str, device: str, out: str) -> dict:
         "tracking": {"mlflow_uri": None, "progress": False},
     })
     trainer = Trainer(cfg)
+    trainer.setup(track=False)
     for _ in range(2):
-        trainer.run_step()
+        trainer.step()
     models = [trainer.model] + ([trainer.reference.model] if trainer.reference.held else [])
     held = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
     if device == "cuda":

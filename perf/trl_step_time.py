@@ -32,10 +32,11 @@ def ours(model: str, steps: int, out: Path) -> float:
         "tracking": {"mlflow_uri": None, "progress": False},
     })
     trainer = Trainer(cfg)
-    trainer.run_step()  # warm-up
+    trainer.setup(track=False)
+    trainer.step()  # warm-up
     t0 = time.perf_counter()
     for _ in range(steps):
-        trainer.run_step()
+        trainer.step()
     return (time.perf_counter() - t0) / steps
 
 

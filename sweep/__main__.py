@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sync(args) -> int:
-    from eval.files import read_run_id
+    from common.files import read_run_id
 
     from .tracking import sync_pending
 

@@ -1,6 +1,6 @@
 """Expand a sweep into cells (method x axis values x seed), each with a stable run id.
 
-Rules (documented in README, "Sweeps"):
+Rules (documented in config/README.md):
   1. Cells are `methods x product(axes) x seeds`, in the order written in the config.
   2. An axis that does not apply to a method is collapsed for that method, with a note:
      divergence / form / ratio_level apply to RPG methods only; estimator / kl_placement /

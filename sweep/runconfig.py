@@ -14,9 +14,8 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from algorithms import METHODS
-from eval.files import INITIAL_DIR, write_atomic
-from eval.tracking import RUN_ID_FILE
+from common.files import write_atomic
+from common.layout import RunDir, SweepDir
 
 from .expand import LOSS_AXES, Cell, reference_settings
 from .spec import SweepConfig, SweepError
@@ -31,8 +30,8 @@ def merged(base: dict, over: dict) -> dict:
     return out
 
 
-def run_dir(sweep: SweepConfig, run_id: str) -> Path:
-    return sweep.out_dir / "runs" / run_id
+def run_dir(sweep: SweepConfig, run_id: str) -> RunDir:
+    return SweepDir(sweep.out_dir).run(run_id)
 
 
 def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
@@ -43,21 +42,18 @@ def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
     base = dict(sweep.base)
     model = dict(base.get("model", {}))
     if model.get("path", TINY) == TINY:
-        model["path"] = str(sweep.out_dir / "model")
-    if cell.base_method in METHODS:
-        # divergence and form are already spelled by the (possibly renamed) method
-        loss = {k: v for k, v in cell.axes.items() if k in LOSS_AXES and k not in ("divergence", "form")}
-        method = {"name": cell.base_method, **({"loss": loss} if loss else {})}
-    else:  # a renamed cell with no registered name: spell the loss out
-        method = {"name": None, "loss": cell.method.loss.model_dump(),
-                  "advantage": cell.method.advantage}
+        model["path"] = str(SweepDir(sweep.out_dir).model)
+    # `cell.base_method` is always registered (a grid-renamed RPG cell takes the registered
+    # name of what it became); divergence and form are already spelled by that name.
+    loss = {k: v for k, v in cell.axes.items() if k in LOSS_AXES and k not in ("divergence", "form")}
+    method = {"name": cell.base_method, **({"loss": loss} if loss else {})}
     method["reference"] = {"schedule": cell.method.reference, **(reference_settings(cell) or {})}
     cell_part = {
         "run_id": cell.run_id,
         "label": cell.label,
         "seed": cell.seed,
         "tags": {**cell.tags, "sweep": sweep.name},
-        "out_dir": str(run_dir(sweep, cell.run_id)),
+        "out_dir": str(run_dir(sweep, cell.run_id).root),
         "model": model,
         "method": method,
         "checkpoint": {"eval_steps": list(sweep.eval.steps)},
@@ -133,11 +129,10 @@ def _eval_args(sweep: SweepConfig, checkpoint: str, out: Path, step: int, bench:
 def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:
     """The `python -m eval` arguments for one (run, step, benchmark) job."""
     rdir = run_dir(sweep, run_id)
-    args = _eval_args(sweep, str(rdir / "checkpoints" / f"step_{step}"),
-                      rdir / "eval" / f"step_{step}", step, bench)
+    args = _eval_args(sweep, str(rdir.checkpoint(step)), rdir.eval_dir(step), step, bench)
     if sweep.mlflow.enabled:
         args += ["--mlflow-uri", sweep.mlflow_uri, "--mlflow-run-id-file",
-                 str(rdir / RUN_ID_FILE)]
+                 str(rdir.mlflow_run_id)]
     return shlex.join(args)
 
 
@@ -146,7 +141,7 @@ def initial_model(sweep: SweepConfig) -> str | None:
     path); None for a hub id, which is not a checkpoint directory to evaluate."""
     path = str(sweep.base.get("model", {}).get("path", TINY))
     if path == TINY:
-        return str(sweep.out_dir / "model")
+        return str(SweepDir(sweep.out_dir).model)
     return path if Path(path).is_dir() else None
 
 
@@ -156,7 +151,7 @@ def initial_eval_args(sweep: SweepConfig, bench: str) -> str | None:
     model = initial_model(sweep)
     if model is None:
         return None
-    out = sweep.out_dir / INITIAL_DIR / "eval" / "step_0"
+    out = SweepDir(sweep.out_dir).initial.eval_dir(0)
     return shlex.join(_eval_args(sweep, model, out, 0, bench))
 
 

@@ -15,7 +15,20 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Scorer = Literal["dapo", "math_verify"]
+from algorithms.config import Divergence, Estimator, Form, ImportanceWeight, RatioLevel
+from algorithms.reference import REFERENCE_SCHEDULES, get_reference_schedule
+from common.layout import SweepDir
+from eval.grading import SCORERS
+from eval.prompts import TEMPLATES
+from eval.run import EvalConfig
+from eval.samplers import BACKENDS
+from trainer.tiny import TinyConfig
+
+# The eval job's defaults and names come from evaluation's own config and registries.
+_EVAL = EvalConfig.model_fields
+ScorerName = Literal[SCORERS]
+TemplateName = Literal[tuple(TEMPLATES)]
+BackendName = Literal[BACKENDS]
 
 
 class Strict(BaseModel):
@@ -33,9 +46,16 @@ class ClipAxis(Strict):
 class ReferenceAxis(Strict):
     """One reference schedule: rollout (paper), fixed (GRPO), every_k, kl_target."""
 
-    schedule: Literal["rollout", "fixed", "every_k", "kl_target"]
+    schedule: str = Field(json_schema_extra=lambda s: s.update(enum=list(REFERENCE_SCHEDULES)),
+                          description="a registered schedule (algorithms.reference)")
     k: int | None = Field(None, ge=1, description="every_k: refresh every k optimizer steps")
     kappa: float | None = Field(None, gt=0, description="kl_target: refresh above this KL")
+
+    @field_validator("schedule")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        get_reference_schedule(v)  # raises, listing the registered schedules
+        return v
 
 
 class Axes(Strict):
@@ -46,12 +66,12 @@ class Axes(Strict):
     makes an invalid LossConfig drops that cell with a printed reason.
     """
 
-    divergence: list[Literal["fkl", "rkl", "ufkl", "urkl"]] | None = None
-    form: list[Literal["differentiable", "reinforce"]] | None = None
-    ratio_level: list[Literal["token", "sequence"]] | None = None
-    estimator: list[Literal["k1", "k2", "k3"]] | None = None
-    kl_placement: list[Literal["loss", "reward"]] | None = None
-    kl_importance_weight: list[Literal["none", "detached", "differentiable"]] | None = None
+    divergence: list[Divergence] | None = None
+    form: list[Form] | None = None
+    ratio_level: list[RatioLevel] | None = None
+    estimator: list[Estimator] | None = None
+    kl_placement: list[Literal["loss", "reward"]] | None = None  # "exact" is rpg's alone
+    kl_importance_weight: list[ImportanceWeight] | None = None
     clip: list[ClipAxis | None] | None = None
     beta: list[float] | None = None
     reference: list[ReferenceAxis] | None = None
@@ -66,18 +86,18 @@ class EvalSpec(Strict):
 
     steps: list[int] = Field(min_length=1, description="training steps to evaluate")
     benchmarks: list[str] = Field(min_length=1, description="eval.benchmarks names")
-    n: int = Field(32, ge=1, description="samples per problem (Mean@n)")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(8192, ge=1)
-    template: Literal["dapo", "boxed"] = "dapo"
-    scorers: list[Scorer] = ["dapo", "math_verify"]
-    backend: Literal["hf", "vllm"] = "hf"
+    n: int = Field(_EVAL["n"].default, ge=1, description="samples per problem (Mean@n)")
+    temperature: float = Field(_EVAL["temperature"].default, ge=0)
+    top_p: float = Field(_EVAL["top_p"].default, gt=0, le=1)
+    max_new_tokens: int = Field(_EVAL["max_new_tokens"].default, ge=1)
+    template: TemplateName = _EVAL["template"].default
+    scorers: list[ScorerName] = list(_EVAL["scorers"].default)
+    backend: BackendName = _EVAL["backend"].default
     limit: dict[str, int] = Field(default_factory=dict,
                                   description="benchmark -> first N problems (quick looks)")
     files: dict[str, str] = Field(default_factory=dict,
                                   description="benchmark -> local JSONL/parquet instead of hub")
-    seed: int = 0
+    seed: int = _EVAL["seed"].default
     initial: bool = Field(True, description="also evaluate the initial model (step 0) once "
                           "per benchmark, when it is a local directory: the report's baseline")
 
@@ -143,17 +163,25 @@ class Resources(Strict):
 
 
 class TinySpec(Strict):
-    """How the workflow builds the tiny model when base.model.path is "tiny"."""
+    """How the workflow builds the tiny model when base.model.path is "tiny": overrides of
+    `trainer.tiny.TinyConfig` (null: its default), validated by it, passed to
+    `python -m trainer tiny` as options."""
 
     seed: int = 0
-    sft_steps: int | None = Field(None, ge=0, description="warm-start steps (null: default)")
-    wrong_fraction: float | None = Field(None, ge=0, le=1,
-                                         description="share of noisy SFT targets (null: default)")
+    sft_steps: int | None = Field(None, description="warm-start steps (null: default)")
+    wrong_fraction: float | None = Field(None, description="share of noisy SFT targets "
+                                         "(null: default)")
+
+    @model_validator(mode="after")
+    def _valid_for_the_builder(self) -> TinySpec:
+        TinyConfig(**self._given())  # the builder's own ranges; raises naming the field
+        return self
+
+    def _given(self) -> dict:
+        return {k: v for k, v in self if v is not None}
 
     def cli_args(self) -> str:
-        flags = {"--seed": self.seed, "--sft-steps": self.sft_steps,
-                 "--wrong-fraction": self.wrong_fraction}
-        return " ".join(f"{k} {v}" for k, v in flags.items() if v is not None)
+        return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._given().items())
 
 
 class PaperSetting(Strict):
@@ -186,7 +214,7 @@ class SweepConfig(Strict):
 
     @property
     def mlflow_uri(self) -> str:
-        return self.mlflow.uri or f"sqlite:///{self.out_dir / 'mlflow.db'}"
+        return self.mlflow.uri or f"sqlite:///{SweepDir(self.out_dir).mlflow_db}"
 
     @property
     def experiment(self) -> str:

@@ -16,7 +16,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from eval.tracking import PENDING_FILE, client, ensure_experiment, mark_pending, short_error
+from common.layout import RunDir, SweepDir
+from eval.tracking import client, ensure_experiment, mark_pending, short_error
 
 from .spec import SweepConfig
 
@@ -54,8 +55,7 @@ def start_parent_run(sweep: SweepConfig, path: str | Path,
 
 def pending_runs(sweep_dir: str | Path) -> list[Path]:
     """Run directories whose results have not all reached MLflow (they hold mlflow_pending)."""
-    runs = Path(sweep_dir) / "runs"
-    return sorted(p.parent for p in runs.glob(f"*/{PENDING_FILE}")) if runs.is_dir() else []
+    return [run.root for run in SweepDir(sweep_dir).run_dirs() if run.mlflow_pending.exists()]
 
 
 def pending_digest(run_dirs: list[Path]) -> str:
@@ -65,7 +65,7 @@ def pending_digest(run_dirs: list[Path]) -> str:
     for run_dir in run_dirs:
         h.update(run_dir.name.encode() + b"\0")
         try:
-            h.update((run_dir / PENDING_FILE).read_bytes())
+            h.update(RunDir(run_dir).mlflow_pending.read_bytes())
         except OSError:
             pass
     return h.hexdigest()[:16]
@@ -76,7 +76,7 @@ def _eval_rows(run_dir: Path) -> list[tuple[int, dict]]:
     from eval.run import summary_metrics
 
     rows = []
-    for path in sorted(run_dir.glob("eval/step_*/*.json")):
+    for path in sorted(RunDir(run_dir).eval_root.glob("step_*/*.json")):
         try:
             summary = json.loads(path.read_text())
             rows.append((int(summary["step"] or 0), summary_metrics(summary)))

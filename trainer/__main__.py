@@ -3,6 +3,7 @@
     python -m trainer --config run.yaml                 # train (or resume) one run
     python -m trainer train --config run.yaml           # same
     python -m trainer tiny --out DIR [--sft-steps N]    # build + warm-start the tiny model
+                                                        # (options: trainer.tiny.TinyConfig)
     python -m trainer heldout --model DIR [--n 4 | --greedy]   # toy held-out accuracy
 
 Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config or a refused resume
@@ -37,7 +38,7 @@ def _train(args) -> int:
     except ValueError as e:
         print(f"error: --deadline: {e}", file=sys.stderr)
         return 2
-    from eval.files import read_run_id
+    from common.files import read_run_id
     from trainer import distributed
     from trainer.checkpoint import UnsafeStateError
     from trainer.loop import train
@@ -59,15 +60,30 @@ def _train(args) -> int:
 def _tiny(args) -> int:
     from trainer.tiny import TinyConfig, build_tiny
 
-    overrides = {k: v for k, v in {"sft_steps": args.sft_steps, "seed": args.seed,
-                                   "wrong_fraction": args.wrong_fraction}.items() if v is not None}
-    build_tiny(args.out, TinyConfig(**overrides))
+    overrides = {k: getattr(args, k) for k in TinyConfig.model_fields
+                 if getattr(args, k) is not None}
+    try:
+        cfg = TinyConfig(**overrides)
+    except ValueError as e:
+        print(f"error: python -m trainer tiny: {e}", file=sys.stderr)
+        return 2
+    build_tiny(args.out, cfg)
     return 0
+
+
+def _add_model_options(parser: argparse.ArgumentParser, model) -> None:
+    """One `--field-name` option per field of a pydantic model: the model stays the one
+    owner of names, types, defaults and help; an option left out keeps the model's default."""
+    for name, field in model.model_fields.items():
+        help_text = f"{field.description or name} (default {field.default})"
+        parser.add_argument(f"--{name.replace('_', '-')}", type=field.annotation, default=None,
+                            help=help_text)
 
 
 def _heldout(args) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trainer.config import RolloutConfig
     from trainer.heldout import heldout_accuracy
     from trainer.runtime import tune_cpu_runtime
     from trainer.tasks import toy
@@ -77,7 +93,9 @@ def _heldout(args) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     n, temperature = (1, 0.0) if args.greedy else (args.n, 1.0)
     acc = heldout_accuracy(model, tokenizer, toy.problems("test", args.problems, seed=0), n=n,
-                           temperature=temperature, max_new_tokens=args.max_new_tokens)
+                           temperature=temperature,
+                           max_new_tokens=(args.max_new_tokens
+                                           or RolloutConfig.model_fields["max_new_tokens"].default))
     kind = "greedy" if args.greedy else f"sampled mean@{n} (T=1.0)"
     print(f"held-out accuracy ({kind}, {args.problems} toy test problems): {acc:.4f}")
     return 0
@@ -100,16 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_train)
     p = sub.add_parser("tiny", help="build the tiny model + tokenizer and warm-start it")
     p.add_argument("--out", required=True, help="output directory (HF format)")
-    p.add_argument("--sft-steps", type=int, default=None, help="warm-start steps (default 600)")
-    p.add_argument("--wrong-fraction", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    if argv[:1] == ["tiny"]:  # trainer.tiny imports torch: only when it is the command
+        from trainer.tiny import TinyConfig
+
+        _add_model_options(p, TinyConfig)
     p.set_defaults(func=_tiny)
     p = sub.add_parser("heldout", help="held-out accuracy on the toy test split")
     p.add_argument("--model", required=True)
     p.add_argument("--n", type=int, default=4, help="samples per problem (temperature 1.0)")
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--problems", type=int, default=121, help="held-out problems (121: all)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the run config's rollout.max_new_tokens default")
     p.set_defaults(func=_heldout)
     args = parser.parse_args(argv)
     return args.func(args)

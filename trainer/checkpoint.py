@@ -1,12 +1,11 @@
 """Checkpoints (HF format, for evaluation), the resume state, and preemption handling.
 
-Layout under the run directory:
-    checkpoints/step_<N>/    model (safetensors) + tokenizer + run config, written to a temp
-                             dir then renamed, so a visible step_<N> is always complete
-    state/resume.pt          one resume state (weights, optimizer, RNG states,
+What it writes in the run directory (paths from `common.layout.RunDir`):
+    checkpoint(N)            model (safetensors) + tokenizer + run config, written to
+                             checkpoint_tmp(N) then renamed, so a visible step_<N> is complete
+    state_file               one resume state (weights, optimizer, RNG states,
                              data position, reference, counters), temp file + os.replace;
                              tensors and plain values only, loaded with weights_only=True
-    DONE                     written last
 
 Preemption: SIGTERM and SIGUSR1 (SLURM's warning signals) set a flag; the loop finishes
 the step in flight, saves the resume state and exits with PREEMPTED_EXIT_CODE (75,
@@ -26,12 +25,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.layout import CHECKPOINT_CONFIG, RunDir
+
 PREEMPTED_EXIT_CODE = 75
-STATE_FILE = "resume.pt"
-
-
-def checkpoint_dir(out_dir: Path, step: int) -> Path:
-    return Path(out_dir) / "checkpoints" / f"step_{step}"
 
 
 def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
@@ -39,14 +35,14 @@ def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
     """Save model + tokenizer in HF format atomically (temp dir, then rename).
     `state_dict`: the weights to write instead of `model`'s (gathered from shards)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + ".tmp")  # RunDir.checkpoint_tmp
     shutil.rmtree(tmp, ignore_errors=True)
     state = state_dict
     if dtype is not None:
         state = {k: v.detach().to(dtype) for k, v in (state or model.state_dict()).items()}
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     tokenizer.save_pretrained(tmp)
-    (tmp / "run_config.yaml").write_text(config_yaml)
+    (tmp / CHECKPOINT_CONFIG).write_text(config_yaml)
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)
@@ -101,10 +97,9 @@ def save_state(out_dir: Path, payload: dict) -> Path:
     them (what `torch.load(..., weights_only=True)` accepts); `load_state` refuses anything
     else, so a state that could not be loaded back is never written.
     """
-    state_dir = Path(out_dir) / "state"
-    state_dir.mkdir(parents=True, exist_ok=True)
-    final = state_dir / STATE_FILE
-    tmp = state_dir / (STATE_FILE + ".tmp")
+    final = RunDir(out_dir).state_file
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(final.name + ".tmp")
     torch.save({**payload, "rng": rng_state()}, tmp)
     os.replace(tmp, final)
     return final
@@ -117,7 +112,7 @@ def load_state(out_dir: Path) -> dict | None:
     state planted by someone else (a shared scratch directory, a copied run) cannot run
     code. A file that needs any other unpickling is refused with `UnsafeStateError`.
     """
-    path = Path(out_dir) / "state" / STATE_FILE
+    path = RunDir(out_dir).state_file
     if not path.exists():
         return None
     try:

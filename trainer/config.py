@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from algorithms import REFERENCE_SCHEDULES, Method, get_method, with_overrides
+from algorithms import Method, get_method, get_reference_schedule, with_overrides
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
+from common.layout import SweepDir
+from eval.grading import SCORERS
+from eval.prompts import TEMPLATES
+from eval.samplers import BACKENDS
+
+# Names come from the registries that own them; these types only spell them for pydantic.
+TemplateName = Literal[tuple(TEMPLATES)]
+ScorerName = Literal[SCORERS]
+EngineName = Literal[BACKENDS]
 
 
 class _Section(BaseModel):
@@ -55,8 +64,8 @@ class TaskConfig(_Section):
     num_prompts: int | None = Field(
         2048, ge=1, description="toy: problems drawn from its train split; math: limit (null=all)"
     )
-    template: Literal["dapo", "boxed"] = "dapo"
-    scorer: Literal["dapo", "math_verify"] = "dapo"
+    template: TemplateName = Field("dapo", description="prompt template (eval.prompts)")
+    scorer: ScorerName = Field("dapo", description="reward grader (eval.grading)")
     reward_correct: float = Field(1.0, description="reward of a correct answer (DAPO: 1)")
     reward_incorrect: float = Field(-1.0, description="reward otherwise (DAPO scorer: -1)")
 
@@ -64,7 +73,7 @@ class TaskConfig(_Section):
 class RolloutConfig(_Section):
     """Sampling of responses. null = the method's default."""
 
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: EngineName = Field("hf", description="generation engine")
     n: int = Field(8, ge=1, description="responses per prompt (group size)")
     prompts_per_step: int = Field(8, ge=1, description="groups in one training batch")
     gen_prompts_per_round: int | None = Field(
@@ -91,13 +100,20 @@ class RolloutConfig(_Section):
 class ReferenceConfig(_Section):
     """Reference policy schedule (trainer.reference)."""
 
-    schedule: Literal["rollout", "fixed", "every_k", "kl_target"] | None = Field(
-        None, description="null = the method's default"
-    )
+    schedule: str | None = Field(
+        None, description="a registered schedule (algorithms.reference: rollout, fixed, "
+        "every_k, kl_target); null = the method's default")
     k: int = Field(10, ge=1, description="every_k: optimizer steps between refreshes")
     kappa: float = Field(0.05, gt=0, description="kl_target: refresh when the KL average > kappa")
     kl_ema: float = Field(0.9, ge=0, lt=1, description="kl_target: moving-average factor")
     kl_metric: Literal["kl_ref_k1", "kl_ref_k3"] = "kl_ref_k3"
+
+    @field_validator("schedule")
+    @classmethod
+    def _registered(cls, v: str | None) -> str | None:
+        if v is not None:
+            get_reference_schedule(v)  # raises, listing the registered schedules
+        return v
 
 
 class MethodConfig(_Section):
@@ -206,7 +222,8 @@ class RunConfig(_Section):
         if "method" not in self.tags:
             self.tags = {**self.tags, "method": method.name}
         if self.tracking.mlflow_uri == "auto":
-            db = (Path(self.out_dir) / ".." / ".." / "mlflow.db").resolve()
+            # the run directory is <sweep>/runs/<run_id>: the sweep's database
+            db = SweepDir(Path(self.out_dir) / ".." / "..").mlflow_db.resolve()
             self.tracking.mlflow_uri = f"sqlite:///{db}"
         for s in self.checkpoint.eval_steps:
             if not 1 <= s <= self.optim.steps:
@@ -255,12 +272,6 @@ class RunConfig(_Section):
             return with_overrides(base, loss=loss or None, **fields)
         except ValidationError as e:
             raise ValueError(_format_errors(e, prefix="method.loss.")) from None
-
-    @property
-    def reference_schedule(self) -> str:
-        schedule = self.resolved_method().reference
-        assert schedule in REFERENCE_SCHEDULES
-        return schedule
 
 
 def _format_errors(err: ValidationError, prefix: str = "") -> str:

@@ -30,14 +30,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from algorithms import compute_advantages, compute_policy_loss, kl_reward_penalty
-from eval.files import write_atomic
+from algorithms import LOSS_METRICS, compute_advantages, compute_policy_loss, kl_reward_penalty
+from common.files import read_yaml, write_atomic
+from common.layout import RunDir
 from eval.prompts import build_prompt
 from trainer import distributed
 from trainer.checkpoint import (
     Preempted,
     PreemptionFlag,
-    checkpoint_dir,
     load_state,
     save_hf_checkpoint,
     save_state,
@@ -51,9 +51,6 @@ from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cp
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
 
-LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "is_weight_mean", "is_weight_max",
-                "clip_frac_upper", "clip_frac_lower", "clip_frac_dual", "kl_ref_k1", "kl_ref_k3",
-                "kl_behav_k1", "kl_behav_k3")
 MAX_METRICS = ("is_weight_max",)  # reported as the maximum over every update of the step
 
 
@@ -83,7 +80,7 @@ def load_policy(model_cfg, device: torch.device):
     if not model_cfg.path:
         raise ValueError("model.path is required (an HF model directory or hub id; for the "
                          "tiny default build one with `python -m trainer tiny --out DIR`)")
-    # Never the model repository's own code: checkpoints are data (README "Security").
+    # Never the model repository's own code: checkpoints are data (docs/security.md).
     tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -173,6 +170,19 @@ class Rollout:
     engine_logprobs: list | None = None  # per row: the engine's log-probs of its tokens
 
 
+def _generation_stats(rewards: list[float], correct: list[bool], lengths: list[int],
+                      truncated: list[bool]) -> dict:
+    """Reward, accuracy and length statistics over every response generated in a step."""
+    rw = torch.tensor(rewards, dtype=torch.float32)
+    return {
+        "reward_mean": rw.mean().item(), "reward_std": rw.std(unbiased=False).item(),
+        "acc_mean": float(np.mean(correct)),
+        "response_length_mean": float(np.mean(lengths)),
+        "response_length_max": int(max(lengths)),
+        "truncated_frac": float(np.mean(truncated)),
+    }
+
+
 def learning_rate(optim, step: int) -> float:
     """The LR of RL step `step` (1-based): linear warm-up over `optim.warmup_rl_steps` RL
     steps, then constant. Counted in RL steps, as verl steps its scheduler once per training
@@ -187,11 +197,23 @@ def learning_rate(optim, step: int) -> float:
 
 
 class Trainer:
-    """A recipe: setup, step, save, cleanup. Composes the engine, reference, tracker."""
+    """One training run as a recipe (torchtune's lifecycle), composing the policy, the
+    generation engine, the reference and the tracker:
+
+        trainer = Trainer(cfg)       # the config, device and process group; nothing heavy
+        trainer.setup()              # model, reference, optimizer, engine; the resume state
+        metrics = trainer.step()     # one RL step: rollout, reward, advantage, update
+        trainer.log(metrics)         # metrics.jsonl + MLflow (rank 0)
+        trainer.save(force_state=)   # what is due: HF checkpoint, resume state
+        trainer.cleanup(status)      # tracking closed; on success the state goes, DONE last
+
+    `train(cfg)` drives it and owns the loop's stop decisions (deadline, signals). Under
+    FSDP2 every rank runs the same calls; rank 0 alone writes files and talks to MLflow.
+    """
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self.out = Path(cfg.out_dir)
+        self.run = RunDir(cfg.out_dir)
         self.method = cfg.resolved_method()
         self.loss_cfg = self.method.loss
         self.device = resolve_device(cfg.model.device)
@@ -200,7 +222,22 @@ class Trainer:
             self.device = torch.device("cuda", self.world.local_rank)
         self.autocast = autocast_dtype(cfg.model.compute_dtype, self.device)
         self.config_yaml = dump_run_config(cfg)
+        ck = cfg.checkpoint
+        self.save_dtype = None if ck.save_dtype == "same" else torch_dtype(ck.save_dtype)
+        self.global_step = 0
+        self.nonfinite_skips = 0
+        self.nonfinite_in_row = 0
+        self.last_checkpoint: Path | None = None
+        self.last_state_time = time.monotonic()
+        self.tracker: Tracker | None = None
 
+    # -------------------------------------------------------------- setup
+
+    def setup(self, *, track: bool = True) -> None:
+        """Build every part, resume from the run's state if it has one, then (with `track`,
+        rank 0) write the resolved config and open the tracker. `track=False` builds the
+        parts only and writes nothing (tests and benchmarks that drive single steps)."""
+        cfg = self.cfg
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
@@ -208,17 +245,39 @@ class Trainer:
         self.problems = load_problems(cfg.task, seed=cfg.seed)
         self.add_special = not getattr(self.tokenizer, "chat_template", None)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
+        self._check_world_size()
+        self._setup_models()
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas,
+                                           weight_decay=o.weight_decay)
+        self._resume()
+        self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
+                                  model_path=cfg.model.path, seed=cfg.seed,
+                                  compute_dtype=self.autocast)
+        if self.global_step > 0:
+            self.engine.sync_weights(self.model)
+        if track and self.world.main:
+            _write_config(self.run.config, cfg, self.config_yaml, resumed=self.global_step > 0)
+            self.tracker = Tracker(self.run.root, cfg.tracking, resume_step=self.global_step,
+                                   run_name=cfg.run_id, tags=cfg.tags,
+                                   params=cfg.model_dump(mode="json"),
+                                   config_yaml=self.config_yaml)
+        self.last_state_time = time.monotonic()
+
+    def _check_world_size(self) -> None:
         for key in ("prompts_per_step", "gen_prompts_per_round"):
-            value = getattr(cfg.rollout, key)
+            value = getattr(self.cfg.rollout, key)
             if value is not None and value % self.world.size:
                 raise ValueError(f"rollout.{key}={value} must be a multiple of the world size "
                                  f"{self.world.size} (each rank generates an equal share)")
-        # Built from the initial weights, before any resume state is loaded: a "fixed"
-        # reference is the initial policy.
-        ref = cfg.method.reference
-        self.reference = Reference(self.method.reference, self.model, k=ref.k, kappa=ref.kappa,
-                                   kl_ema=ref.kl_ema)
-        # The log-prob modules (FSDP2 roots when distributed; see trainer.distributed).
+
+    def _setup_models(self) -> None:
+        """The reference (from the initial weights, before any resume state is loaded: a
+        "fixed" reference is the initial policy) and the log-prob modules (FSDP2 roots when
+        distributed; see trainer.distributed)."""
+        ref = self.cfg.method.reference
+        self.reference = Reference(self.method.reference, self.model,
+                                   **ref.model_dump(exclude={"schedule"}))
         self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type)
         self.ref_policy = (distributed.shard(PolicyLogProbs(self.reference.model), self.world,
                                              self.device.type) if self.reference.held else None)
@@ -231,24 +290,9 @@ class Trainer:
                 for module in filter(None, (self.policy, self.ref_policy)):
                     module(probe)
                     module.reshard()  # so parameters() below are the sharded ones
-        o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas,
-                                           weight_decay=o.weight_decay)
-        self.step = 0
-        self.nonfinite_skips = 0
-        self.nonfinite_in_row = 0
-        self.last_checkpoint: Path | None = None
-        self._resume()
-        self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
-                                  model_path=cfg.model.path, seed=cfg.seed,
-                                  compute_dtype=self.autocast)
-        if self.step > 0:
-            self.engine.sync_weights(self.model)
-
-    # -------------------------------------------------------------- resume
 
     def _resume(self) -> None:
-        state = load_state(self.out)
+        state = load_state(self.run.root)
         if state is None:
             return
         distributed.load_model_state(self.policy, state["model"])
@@ -257,21 +301,23 @@ class Trainer:
         self.reference.load_state_dict(
             state["reference"],
             load=lambda _, w: distributed.load_model_state(self.ref_policy, w))
-        self.step = state["step"]
+        self.global_step = state["step"]
         self.nonfinite_skips = state["nonfinite_skips"]
         self.nonfinite_in_row = state["nonfinite_in_row"]
         last = state.get("last_checkpoint")
         self.last_checkpoint = Path(last) if last else None
         # Checkpoint wins for: weights, optimizer, RNG, data position, reference,
         # counters. The config wins for everything else (steps, checkpoints, tracking, ...).
-        print(f"[trainer] resuming {self.out} at step {self.step}: weights, optimizer, "
+        print(f"[trainer] resuming {self.run} at step {self.global_step}: weights, optimizer, "
               "RNG, data position and reference from the state; all settings from "
               "the config")
+
+    # -------------------------------------------------------------- save
 
     def state_payload(self) -> dict:
         """The resume state (a collective under FSDP2: full weights gathered to rank 0)."""
         return {
-            "step": self.step, "model": distributed.model_state(self.policy),
+            "step": self.global_step, "model": distributed.model_state(self.policy),
             "optimizer": distributed.optimizer_state(self.policy, self.optimizer),
             "sampler": self.sampler.state_dict(),
             "reference": self.reference.state_dict(
@@ -284,7 +330,7 @@ class Trainer:
         """The resume state (full weights, world-size independent); rank 0 writes it."""
         payload = self.state_payload()
         if self.world.main:
-            save_state(self.out, payload)
+            save_state(self.run.root, payload)
 
     def save_checkpoint(self, path: Path, dtype: torch.dtype | None) -> Path:
         """An HF checkpoint of the policy; under FSDP2 the full weights are gathered first
@@ -298,6 +344,53 @@ class Trainer:
             save_hf_checkpoint(self.model, self.tokenizer, path, config_yaml=self.config_yaml,
                                dtype=dtype, state_dict=state)
         return path
+
+    def save(self, *, force_state: bool = False) -> float | None:
+        """What is due after a step: the HF checkpoint at an eval step and at the last step;
+        the resume state every `state_every_steps`, after `wall_clock_minutes`, or when
+        `force_state` on any rank (a signal may reach one rank only; saving is a
+        collective, so all ranks decide together). No state after the last step (cleanup
+        decides). Returns the seconds the state save took, None when there was none."""
+        ck, steps = self.cfg.checkpoint, self.cfg.optim.steps
+        if self.global_step in ck.eval_steps or self.global_step == steps:
+            self.last_checkpoint = self.save_checkpoint(
+                self.run.checkpoint(self.global_step), self.save_dtype)
+        due = (
+            (ck.state_every_steps and self.global_step % ck.state_every_steps == 0)
+            or (ck.wall_clock_minutes is not None
+                and time.monotonic() - self.last_state_time > 60 * ck.wall_clock_minutes)
+            or force_state
+        )
+        if not distributed.any_rank(bool(due), self.world) or self.global_step >= steps:
+            return None
+        t_save = time.monotonic()
+        self.save_state()
+        self.last_state_time = time.monotonic()
+        return self.last_state_time - t_save
+
+    # -------------------------------------------------------------- log and cleanup
+
+    def log(self, metrics: dict) -> None:
+        if self.tracker is not None:
+            self.tracker.log(self.global_step, metrics)
+
+    def cleanup(self, status: str) -> None:
+        """End tracking with `status` (FINISHED, KILLED or FAILED). On FINISHED the final
+        checkpoint and metrics are on disk: drop the resume state (unless
+        `checkpoint.keep_state`) and write DONE last."""
+        if self.tracker is not None:
+            self.tracker.close(status)
+        if status != "FINISHED":
+            return
+        if self.cfg.checkpoint.keep_state:
+            self.save_state()
+        elif self.world.main:
+            self.run.state_file.unlink(missing_ok=True)
+        if self.world.main:
+            state_dir = self.run.state_dir
+            if state_dir.is_dir() and not any(state_dir.iterdir()):
+                state_dir.rmdir()  # an empty state/ would suggest something to resume
+            self.run.done.write_text(f"step {self.global_step}\n")
 
     # -------------------------------------------------------------- one step
 
@@ -339,7 +432,7 @@ class Trainer:
         while True:
             idx = self.sampler.take(per_round)
             mine = idx[self.world.rank * share : (self.world.rank + 1) * share]
-            seed = generation_seed(self.cfg.seed, self.step,
+            seed = generation_seed(self.cfg.seed, self.global_step,
                                    gen_batches * self.world.size + self.world.rank)
             rounds = distributed.gather(
                 self._generate_round([self.problems[i] for i in mine], seed), self.world)
@@ -364,16 +457,9 @@ class Trainer:
         groups_kept = min(len(kept), r.prompts_per_step)
         dropped += len(kept) - groups_kept
         kept = kept[:groups_kept]
-        rw = torch.tensor(all_rewards, dtype=torch.float32)
-        stats = {
-            "reward_mean": rw.mean().item(), "reward_std": rw.std(unbiased=False).item(),
-            "acc_mean": float(np.mean(all_correct)),
-            "response_length_mean": float(np.mean(lengths)),
-            "response_length_max": int(max(lengths)),
-            "truncated_frac": float(np.mean(truncated)),
-            "groups_kept": groups_kept, "groups_dropped": dropped, "gen_batches": gen_batches,
-            "response_tokens": int(sum(lengths)),
-        }
+        stats = {**_generation_stats(all_rewards, all_correct, lengths, truncated),
+                 "groups_kept": groups_kept, "groups_dropped": dropped,
+                 "gen_batches": gen_batches, "response_tokens": int(sum(lengths))}
         if not kept:
             empty = torch.zeros(0)
             return Rollout(None, empty, empty.long(), stats)
@@ -444,7 +530,7 @@ class Trainer:
                 w = mb.response_mask.sum() / mini_tokens
             else:
                 w = torch.tensor(len(micro) / len(rows), device=self.device)
-            if self.step in self.cfg.debug.nonfinite_steps:
+            if self.global_step in self.cfg.debug.nonfinite_steps:
                 loss = loss * float("nan")
             # FSDP2 averages gradients over ranks; scaling by the world size sums them.
             (loss * w * self.world.size).backward()
@@ -460,6 +546,40 @@ class Trainer:
                 v.reshape(()).clone(), self.world)
         return total_loss, sums
 
+    def _mini_batch_order(self, epoch: int, B: int, mini: int) -> torch.Tensor:
+        """The row order of one epoch: seeded per (run seed, step, epoch) when the batch is
+        split into mini-batches, else the batch as it is."""
+        if mini < B:
+            gen = torch.Generator().manual_seed(
+                generation_seed(self.cfg.seed, self.global_step, epoch))
+            return torch.randperm(B, generator=gen).to(self.device)
+        return torch.arange(B, device=self.device)
+
+    def _optimizer_step(self, params: list, total_loss: torch.Tensor) -> float | None:
+        """Clip, then apply the step if loss and gradient norm are finite; returns the grad
+        norm, or None for a skipped (non-finite) step. Too many skips in a row raise."""
+        o = self.cfg.optim
+        clip = o.grad_clip if o.grad_clip is not None else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+            grad_norm = grad_norm.full_tensor()
+        # One host sync per optimizer step: needed to decide whether to skip it.
+        if bool(torch.isfinite(total_loss) & torch.isfinite(grad_norm)):
+            self.optimizer.step()
+            self.nonfinite_in_row = 0
+            self.reference.after_optimizer_step()
+            return grad_norm.item()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.nonfinite_skips += 1
+        self.nonfinite_in_row += 1
+        if self.nonfinite_in_row >= o.max_nonfinite_in_row:
+            raise NonFiniteError(
+                f"step {self.global_step}: {self.nonfinite_in_row} non-finite losses or "
+                f"gradients in a row (optim.max_nonfinite_in_row={o.max_nonfinite_in_row}); "
+                f"last good checkpoint: "
+                f"{self.last_checkpoint or 'none (no checkpoint saved yet)'}")
+        return None
+
     def update(self, batch: PackedBatch, old_logp, ref_logp, advantages) -> dict:
         """K epochs of mini-batch AdamW steps; returns averaged loss metrics + grad norm."""
         o = self.cfg.optim
@@ -472,95 +592,79 @@ class Trainer:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.policy.train()
         for epoch in range(o.epochs):
-            if mini < B:
-                gen = torch.Generator().manual_seed(generation_seed(self.cfg.seed, self.step, epoch))
-                order = torch.randperm(B, generator=gen).to(self.device)
-            else:
-                order = torch.arange(B, device=self.device)
+            order = self._mini_batch_order(epoch, B, mini)
             for start in range(0, B, mini):
                 self.optimizer.zero_grad(set_to_none=True)
                 total_loss, mini_sums = self.accumulate_gradients(
                     batch, order[start : start + mini], old_logp, ref_logp, advantages)
                 for k, v in mini_sums.items():
                     add_metric(sums, k, v)
-                clip = o.grad_clip if o.grad_clip is not None else float("inf")
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-                if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
-                    grad_norm = grad_norm.full_tensor()
-                # One host sync per optimizer step: needed to decide whether to skip it.
-                finite = bool(torch.isfinite(total_loss) & torch.isfinite(grad_norm))
                 n_mini += 1
-                if finite:
-                    self.optimizer.step()
-                    self.nonfinite_in_row = 0
-                    grad_norms.append(grad_norm.item())
-                    self.reference.after_optimizer_step()
-                else:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.nonfinite_skips += 1
-                    self.nonfinite_in_row += 1
-                    if self.nonfinite_in_row >= o.max_nonfinite_in_row:
-                        raise NonFiniteError(
-                            f"step {self.step}: {self.nonfinite_in_row} non-finite losses or "
-                            f"gradients in a row (optim.max_nonfinite_in_row="
-                            f"{o.max_nonfinite_in_row}); last good checkpoint: "
-                            f"{self.last_checkpoint or 'none (no checkpoint saved yet)'}")
+                grad_norm = self._optimizer_step(params, total_loss)
+                if grad_norm is not None:
+                    grad_norms.append(grad_norm)
         out = {k: (v if k in MAX_METRICS else v / n_mini).item() for k, v in sums.items()}
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else None
         return out
 
-    def run_step(self) -> dict:
-        self.step += 1
+    def step(self) -> dict:
+        """One RL step; returns its metrics (the line metrics.jsonl gets)."""
+        self.global_step += 1
         t0 = time.perf_counter()
-        if self.cfg.debug.fail_at == (self.world.rank, self.step):
-            raise RuntimeError(f"debug.fail_at: rank {self.world.rank} fails at step {self.step}")
+        if self.cfg.debug.fail_at == (self.world.rank, self.global_step):
+            raise RuntimeError(f"debug.fail_at: rank {self.world.rank} fails at step "
+                               f"{self.global_step}")
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.cfg.optim, self.step)
+            group["lr"] = learning_rate(self.cfg.optim, self.global_step)
 
         # -- rollout + reward (dynamic sampling refills inside)
         rollout = self.collect()
         t_rollout = time.perf_counter() - t0
-        metrics: dict = {"step": self.step, **rollout.stats}
+        metrics: dict = {"step": self.global_step, **rollout.stats}
         tokens = metrics.pop("response_tokens")
-        loss_metrics: dict = dict.fromkeys((*LOSS_METRICS, "grad_norm", "entropy"))
-        t_logprob = t_update = 0.0
+        learned: dict = dict.fromkeys((*LOSS_METRICS, "grad_norm", "entropy"))
+        times = {"time_logprob": 0.0, "time_update": 0.0}
         if rollout.batch is not None:
-            batch = rollout.batch
-            # -- behaviour and reference log-probs (training model, no grad)
-            t1 = time.perf_counter()
-            old_logp, entropy = self.logprobs_no_grad(self.policy, batch, with_entropy=True)
-            ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
-                        if self.reference.held else None)
-            t_logprob = time.perf_counter() - t1
-            mask = batch.response_mask
-            metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
-
-            # -- advantage (a KL placed in the reward becomes a token penalty first)
-            penalty = kl_reward_penalty(self.loss_cfg, old_logp,
-                                        ref_logp if ref_logp is not None else old_logp, mask)
-            advantages = compute_advantages(rollout.rewards, rollout.group_ids,
-                                            self.method.advantage, mask=mask,
-                                            token_penalty=penalty)
-
-            # -- update
-            t2 = time.perf_counter()
-            loss_metrics = self.update(batch, old_logp, ref_logp, advantages)
-            loss_metrics["entropy"] = ((entropy * mask).sum() / mask.sum().clamp_min(1)).item()
-            self.engine.sync_weights(self.model)
-            t_update = time.perf_counter() - t2
-            kl_ref = loss_metrics.get(self.cfg.method.reference.kl_metric)
-            self.reference.after_step(self.model, kl_ref if ref_logp is not None else None)
+            learned, times = self._learn(rollout, metrics)
 
         # -- log
         t_step = time.perf_counter() - t0
-        metrics.update(loss_metrics)
+        metrics.update(learned)
         metrics.update({
             "lr": self.optimizer.param_groups[0]["lr"], "nonfinite_skips": self.nonfinite_skips,
-            "ref_updates": self.reference.updates, "time_rollout": t_rollout,
-            "time_logprob": t_logprob, "time_update": t_update, "time_step": t_step,
-            "tokens_per_sec": tokens / t_step if t_step > 0 else None,
+            "ref_updates": self.reference.updates, "time_rollout": t_rollout, **times,
+            "time_step": t_step, "tokens_per_sec": tokens / t_step if t_step > 0 else None,
         })
         return metrics
+
+    def _learn(self, rollout: Rollout, metrics: dict) -> tuple[dict, dict]:
+        """Log-probs, advantages, the update and the reference schedule for a non-empty
+        rollout; returns (loss metrics, timings) and adds the log-prob gap to `metrics`."""
+        batch = rollout.batch
+        # -- behaviour and reference log-probs (training model, no grad)
+        t1 = time.perf_counter()
+        old_logp, entropy = self.logprobs_no_grad(self.policy, batch, with_entropy=True)
+        ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
+                    if self.reference.held else None)
+        t_logprob = time.perf_counter() - t1
+        mask = batch.response_mask
+        metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
+
+        # -- advantage (a KL placed in the reward becomes a token penalty first)
+        penalty = kl_reward_penalty(self.loss_cfg, old_logp,
+                                    ref_logp if ref_logp is not None else old_logp, mask)
+        advantages = compute_advantages(rollout.rewards, rollout.group_ids,
+                                        self.method.advantage, mask=mask, token_penalty=penalty)
+
+        # -- update, then the reference schedule at the rollout boundary
+        t2 = time.perf_counter()
+        learned = self.update(batch, old_logp, ref_logp, advantages)
+        learned["entropy"] = ((entropy * mask).sum() / mask.sum().clamp_min(1)).item()
+        self.engine.sync_weights(self.model)
+        t_update = time.perf_counter() - t2
+        kl_ref = learned.get(self.cfg.method.reference.kl_metric)
+        self.reference.after_step(self.model, kl_ref if ref_logp is not None else None)
+        return learned, {"time_logprob": t_logprob, "time_update": t_update}
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -582,22 +686,19 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
 _BOOKKEEPING_KEYS = ("tracking.parent_run_id",)
 
 
-def _write_config(out: Path, cfg: RunConfig, config_yaml: str, *, resumed: bool) -> None:
-    import yaml
-
-    path = out / "config.yaml"
+def _write_config(path: Path, cfg: RunConfig, config_yaml: str, *, resumed: bool) -> None:
+    """Write the resolved config, warning when it differs from the one saved before."""
     if path.exists():
-        changed = [k for k in _changed_keys(yaml.safe_load(path.read_text()) or {},
-                                            cfg.model_dump(mode="json"))
+        changed = [k for k in _changed_keys(read_yaml(path), cfg.model_dump(mode="json"))
                    if k not in _BOOKKEEPING_KEYS]
         if changed and resumed:
             warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
                           "the new config wins (the saved state still sets weights, optimizer, "
-                          "RNG and data position)", stacklevel=3)
+                          "RNG and data position)", stacklevel=4)
         elif changed:
             warnings.warn(f"{path}: the config differs from the saved one in {changed}; "
                           "there is no resume state, so the run starts again from step 0 "
-                          "with the new config", stacklevel=3)
+                          "with the new config", stacklevel=4)
     write_atomic(path, config_yaml)
 
 
@@ -606,91 +707,69 @@ def train(cfg: RunConfig, deadline: float | None = None) -> Path:
 
     deadline: the job's end (epoch seconds; trainer.deadline): the run saves its state and
     exits 75 before a step that would not finish in time."""
-    out = Path(cfg.out_dir)
-    if (out / "DONE").exists():
-        print(f"[trainer] {out} is already DONE; nothing to do")
-        return out
-    out.mkdir(parents=True, exist_ok=True)
+    run = RunDir(cfg.out_dir)
+    if run.done.exists():
+        print(f"[trainer] {run} is already DONE; nothing to do")
+        return run.root
+    run.root.mkdir(parents=True, exist_ok=True)
     tune_cpu_runtime()
     trainer = Trainer(cfg)
-    world = trainer.world  # rank 0 alone writes config, metrics, MLflow, checkpoints, DONE
-    if world.main:
-        _write_config(out, cfg, trainer.config_yaml, resumed=trainer.step > 0)
-    ck = cfg.checkpoint
-    save_dtype = None if ck.save_dtype == "same" else torch_dtype(ck.save_dtype)
-    tracker = (Tracker(out, cfg.tracking, resume_step=trainer.step, run_name=cfg.run_id,
-                       tags=cfg.tags, params=cfg.model_dump(mode="json"),
-                       config_yaml=trainer.config_yaml) if world.main else None)
+    trainer.setup()
     status = "FAILED"
     try:
-        last_state_time = time.monotonic()
-        steps_this_process = 0
-        clock = Deadline(deadline, margin_s=ck.deadline_margin_s)
-        with PreemptionFlag() as flag:
-            bar = tqdm(total=cfg.optim.steps, initial=trainer.step, desc=cfg.run_id,
-                       disable=not (cfg.tracking.progress and world.main), unit="step")
-            while trainer.step < cfg.optim.steps:
-                if distributed.any_rank(clock.must_stop(time.time()), world):
-                    trainer.save_state()
-                    status = "KILLED"
-                    print(f"[trainer] the next step would end past the deadline: state saved "
-                          f"at step {trainer.step}; rerun to resume")
-                    raise Preempted("deadline", trainer.step)
-                t_step = time.monotonic()
-                metrics = trainer.run_step()
-                time.sleep(cfg.debug.sleep_per_step_s)
-                clock.record_step(time.monotonic() - t_step)
-                steps_this_process += 1
-                if tracker:
-                    tracker.log(trainer.step, metrics)
-                kl = metrics["kl_ref_k3"] if trainer.reference.held else metrics["kl_behav_k3"]
-                bar.update(1)
-                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}",
-                                acc=f"{metrics['acc_mean']:.3f}",
-                                kl="n/a" if kl is None else f"{kl:.2e}", refresh=False)
-
-                # -- checkpoint
-                if trainer.step in ck.eval_steps or trainer.step == cfg.optim.steps:
-                    trainer.last_checkpoint = trainer.save_checkpoint(
-                        checkpoint_dir(out, trainer.step), save_dtype)
-                stop = cfg.debug.stop_after_steps and steps_this_process >= cfg.debug.stop_after_steps
-                due = (
-                    (ck.state_every_steps and trainer.step % ck.state_every_steps == 0)
-                    or (ck.wall_clock_minutes is not None
-                        and time.monotonic() - last_state_time > 60 * ck.wall_clock_minutes)
-                    or flag.received or stop
-                )
-                # Decided together: saving is a collective, and a signal may reach one rank.
-                due = distributed.any_rank(bool(due), world)
-                preempted = distributed.any_rank(flag.received is not None, world)
-                if due and trainer.step < cfg.optim.steps:
-                    t_save = time.monotonic()
-                    trainer.save_state()
-                    last_state_time = time.monotonic()
-                    clock.record_save(last_state_time - t_save)
-                if preempted and trainer.step < cfg.optim.steps:
-                    status = "KILLED"
-                    if world.main:
-                        print(f"[trainer] preempted ({flag.received or 'a peer rank'}) at step "
-                              f"{trainer.step}, state saved, rerun to resume", flush=True)
-                    raise Preempted(flag.received or "SIGTERM", trainer.step)
-                if stop and trainer.step < cfg.optim.steps:
-                    status = "KILLED"
-                    bar.close()
-                    return out
-            bar.close()
-        status = "FINISHED"
+        status = _run_steps(trainer, Deadline(deadline, margin_s=cfg.checkpoint.deadline_margin_s))
+    except Preempted:
+        status = "KILLED"
+        raise
     finally:
-        if tracker:
-            tracker.close(status)
-    # -- done: the final checkpoint and metrics are on disk; DONE goes last.
-    if ck.keep_state:
-        trainer.save_state()
-    elif world.main:
-        (out / "state" / "resume.pt").unlink(missing_ok=True)
-    if world.main:
-        if (out / "state").is_dir() and not any((out / "state").iterdir()):
-            (out / "state").rmdir()  # an empty state/ would suggest something to resume
-        (out / "DONE").write_text(f"step {trainer.step}\n")
-    return out
+        trainer.cleanup(status)
+    return run.root
 
+
+def _run_steps(trainer: Trainer, clock: Deadline) -> str:
+    """Steps until the last (FINISHED) or `debug.stop_after_steps` (KILLED: the state is
+    saved, the run resumable); raises Preempted (exit 75) after saving the state when a
+    signal arrives or the next step would end past the deadline."""
+    cfg, world = trainer.cfg, trainer.world
+    steps_this_process = 0
+    with PreemptionFlag() as flag, tqdm(
+            total=cfg.optim.steps, initial=trainer.global_step, desc=cfg.run_id, unit="step",
+            disable=not (cfg.tracking.progress and world.main)) as bar:
+        while trainer.global_step < cfg.optim.steps:
+            # Decided on all ranks together: saving is a collective.
+            if distributed.any_rank(clock.must_stop(time.time()), world):
+                trainer.save_state()
+                print(f"[trainer] the next step would end past the deadline: state saved "
+                      f"at step {trainer.global_step}; rerun to resume")
+                raise Preempted("deadline", trainer.global_step)
+            t_step = time.monotonic()
+            metrics = trainer.step()
+            time.sleep(cfg.debug.sleep_per_step_s)
+            clock.record_step(time.monotonic() - t_step)
+            steps_this_process += 1
+            trainer.log(metrics)
+            _show_progress(bar, metrics, trainer.reference.held)
+
+            # -- checkpoint
+            stop = bool(cfg.debug.stop_after_steps
+                        and steps_this_process >= cfg.debug.stop_after_steps)
+            saved_s = trainer.save(force_state=bool(flag.received) or stop)
+            if saved_s is not None:
+                clock.record_save(saved_s)
+            if trainer.global_step >= cfg.optim.steps:
+                break
+            if distributed.any_rank(flag.received is not None, world):
+                if world.main:
+                    print(f"[trainer] preempted ({flag.received or 'a peer rank'}) at step "
+                          f"{trainer.global_step}, state saved, rerun to resume", flush=True)
+                raise Preempted(flag.received or "SIGTERM", trainer.global_step)
+            if stop:
+                return "KILLED"
+    return "FINISHED"
+
+
+def _show_progress(bar, metrics: dict, reference_held: bool) -> None:
+    kl = metrics["kl_ref_k3"] if reference_held else metrics["kl_behav_k3"]
+    bar.update(1)
+    bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['acc_mean']:.3f}",
+                    kl="n/a" if kl is None else f"{kl:.2e}", refresh=False)

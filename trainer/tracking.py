@@ -20,10 +20,9 @@ import threading
 import warnings
 from pathlib import Path
 
-from eval.files import read_run_id, write_atomic
+from common.files import read_jsonl, read_run_id, read_yaml, write_atomic
+from common.layout import RunDir
 from eval.tracking import (
-    PENDING_FILE,
-    RUN_ID_FILE,
     client,
     ensure_experiment,
     mark_pending,
@@ -36,19 +35,20 @@ log = logging.getLogger(__name__)
 def read_metrics(path: Path) -> list[dict]:
     """The rows of a metrics.jsonl; a line that is not a JSON object with an integer `step`
     (the last line, cut short by a crash mid-write) is dropped with a warning."""
-    rows = []
     if not Path(path).exists():
-        return rows
-    lines = Path(path).read_text(errors="replace").splitlines()
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+        return []
+
+    def dropped(lineno: int, n_lines: int, _line: str) -> None:
+        warnings.warn(f"{path}: dropped line {lineno} of {n_lines}: not a JSON object "
+                      "with an integer 'step' (cut short by a crash?)", stacklevel=4)
+
+    rows = []
+    for row in read_jsonl(path, dropped, require="step"):
         try:
-            row = json.loads(line)
             row["step"] = int(row["step"])
-        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
-            warnings.warn(f"{path}: dropped line {lineno} of {len(lines)}: not a JSON object "
-                          "with an integer 'step' (cut short by a crash?)", stacklevel=2)
+        except (TypeError, ValueError):
+            warnings.warn(f"{path}: dropped a line whose 'step' is {row['step']!r}, not an "
+                          "integer", stacklevel=2)
             continue
         rows.append(row)
     return rows
@@ -90,7 +90,7 @@ def open_run(mlflow_client, uri: str, experiment: str, out_dir: Path, *, run_nam
     run with tags, params and `config.yaml`, whose id is then written to that file."""
     from mlflow.entities import Param, RunTag
 
-    run_file = Path(out_dir) / RUN_ID_FILE
+    run_file = RunDir(out_dir).mlflow_run_id
     run_id = read_run_id(run_file)
     if run_id is not None and not _run_exists(mlflow_client, run_id):
         warnings.warn(f"{run_file}: MLflow run {run_id} is not in the store (a new store?); "
@@ -139,23 +139,20 @@ def attach_run(uri: str, experiment: str, out_dir: Path, *, parent_run_id: str |
     if it has none (from `config.yaml`), log every (step, metric) of metrics.jsonl and of
     `extra_rows` (evaluation summaries) that MLflow lacks, end it FINISHED if the run is
     DONE, and remove `mlflow_pending`. Raises on MLflow errors (the caller warns)."""
-    import yaml
-
-    out_dir = Path(out_dir)
-    cfg = yaml.safe_load((out_dir / "config.yaml").read_text()) or {}
+    run = RunDir(out_dir)
+    cfg = read_yaml(run.config)
     c = client(uri)
-    run_id = open_run(c, uri, experiment, out_dir, run_name=str(cfg.get("run_id", out_dir.name)),
+    run_id = open_run(c, uri, experiment, run.root, run_name=str(cfg.get("run_id", run.root.name)),
                       tags={k: str(v) for k, v in (cfg.get("tags") or {}).items()}, params=cfg,
-                      config_yaml=(out_dir / "config.yaml").read_text(),
-                      parent_run_id=parent_run_id)
-    rows = [(row["step"], row) for row in read_metrics(out_dir / "metrics.jsonl")]
+                      config_yaml=run.config.read_text(), parent_run_id=parent_run_id)
+    rows = [(row["step"], row) for row in read_metrics(run.metrics)]
     rows += list(extra_rows)
     have = {(m.key, m.step) for key in {k for _, m in rows for k in m}
             for m in c.get_metric_history(run_id, key)}
     missing = [(step, {k: v for k, v in m.items() if (k, step) not in have}) for step, m in rows]
     log_metric_rows(c, run_id, missing)
-    c.set_terminated(run_id, status="FINISHED" if (out_dir / "DONE").exists() else "KILLED")
-    (out_dir / PENDING_FILE).unlink(missing_ok=True)
+    c.set_terminated(run_id, status="FINISHED" if run.done.exists() else "KILLED")
+    run.mlflow_pending.unlink(missing_ok=True)
     return run_id
 
 
@@ -230,7 +227,7 @@ class Tracker:
 
     def __init__(self, out_dir: Path, tracking_cfg, *, resume_step: int, run_name: str,
                  tags: dict[str, str], params: dict, config_yaml: str) -> None:
-        self.file = MetricsFile(Path(out_dir) / "metrics.jsonl", resume_step)
+        self.file = MetricsFile(RunDir(out_dir).metrics, resume_step)
         self.mlflow = None
         if tracking_cfg.mlflow_uri:
             self.mlflow = MLflowMirror(

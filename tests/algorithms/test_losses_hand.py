@@ -9,7 +9,7 @@ from algorithms import LossConfig, aggregate, compute_policy_loss
 
 W, Q, A, BETA = 1.25, 0.8, 2.0, 0.1
 LOG_RHO = math.log(W / Q)
-# (loss value, d loss / d log pi) for the differentiable surrogate, by hand from DESIGN.md
+# (loss value, d loss / d log pi) for the differentiable surrogate, by hand from the surrogate table in algorithms/losses.py
 HAND = {
     "fkl": (-W * A - BETA * Q * math.log(W), -W * A - BETA * Q),
     "ufkl": (-W * A + BETA * (W - Q * math.log(W)), -W * A + BETA * (W - Q)),

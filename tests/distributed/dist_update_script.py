@@ -35,7 +35,8 @@ def fixed_batch(vocab: int, rows: int, n: int, device):
 
 def main(config: str, out: str) -> None:
     trainer = Trainer(load_run_config(config))
-    trainer.step = 1
+    trainer.setup(track=False)
+    trainer.global_step = 1
     batch, rewards, groups = fixed_batch(trainer.model.config.vocab_size, 16, 4, trainer.device)
     old_logp, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
     adv = compute_advantages(rewards, groups, trainer.method.advantage, mask=batch.response_mask)

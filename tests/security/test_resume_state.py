@@ -13,7 +13,8 @@ import pytest
 import torch
 import yaml
 
-from trainer.checkpoint import STATE_FILE, UnsafeStateError, load_state, save_state
+from common.layout import STATE_FILE
+from trainer.checkpoint import UnsafeStateError, load_state, save_state
 from trainer.tiny import TinyConfig, build_tiny
 
 REPO = Path(__file__).resolve().parents[2]

@@ -45,6 +45,7 @@ def test_token_budget_gives_the_gradient_of_one_unsplit_batch(make_cfg):
                        method={"name": "RPG-REINFORCE-URKL"})
         torch.manual_seed(0)
         trainer = Trainer(cfg)
+        trainer.setup(track=False)
         rollout = trainer.collect()
         batch = rollout.batch
         old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)

@@ -40,7 +40,9 @@ def test_dynamic_sampling_keeps_only_groups_the_metric_accepts(make_cfg, metric)
                    rollout={"dynamic_sampling": True, "filter_metric": metric,
                             "max_new_tokens": 24, "overlong_buffer": 23, "max_gen_batches": 4,
                             "gen_prompts_per_round": 8})
-    rollout = Trainer(cfg).collect()
+    trainer = Trainer(cfg)
+    trainer.setup(track=False)
+    rollout = trainer.collect()
     assert rollout.stats["gen_batches"] >= 1
     groups = rollout.rewards.reshape(-1, cfg.rollout.n)
     mixed = [bool((g > -0.5).any() and (g <= -0.5).any()) for g in groups]

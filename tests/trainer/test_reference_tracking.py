@@ -62,7 +62,7 @@ def test_kl_target_refreshes_when_the_average_exceeds_kappa():
     _nudge(policy)
     ref.after_step(policy, 0.2)  # 0.1425 > 0.1
     assert ref.updates == 1 and torch.equal(ref.model.weight, policy.weight)
-    assert ref.kl_average is None
+    assert ref.schedule.kl_average is None
 
 
 def test_reference_state_roundtrip():

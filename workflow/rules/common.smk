@@ -3,6 +3,7 @@ import sys
 
 from snakemake.utils import validate
 
+from common.layout import SweepDir
 from sweep import SweepError, parse_sweep
 from sweep import expand as expand_sweep  # snakemake's own `expand` stays usable
 from sweep.checks import check_inputs
@@ -29,12 +30,14 @@ for note in NOTES:
     print(f"sweep note: {note}", file=sys.stderr)
 
 OUT = str(SWEEP.out_dir)
+LAYOUT = SweepDir(OUT)  # every path below comes from common.layout
+RUN = LAYOUT.run("{run_id}")  # a run directory, as a wildcard pattern
 RUNS = {cell.run_id: cell for cell in CELLS}
 RUN_IDS = list(RUNS)
 STEPS = SWEEP.eval.steps
 BENCHES = SWEEP.eval.benchmarks
 TINY = SWEEP.base.get("model", {}).get("path", "tiny") == "tiny"
-MODEL_DIR = f"{OUT}/model"
+MODEL_DIR = str(LAYOUT.model)
 
 wildcard_constraints:
     run_id="|".join(RUN_IDS),
@@ -42,25 +45,25 @@ wildcard_constraints:
     bench="|".join(BENCHES),
 
 EVALS = [
-    f"{OUT}/runs/{run_id}/eval/step_{step}/{bench}.json"
+    str(LAYOUT.run(run_id).eval_summary(step, bench))
     for run_id in RUN_IDS
     for step in STEPS
     for bench in BENCHES
 ]
-REPORT = f"{OUT}/report.md"
+REPORT = str(LAYOUT.report)
 # The initial model (step 0) once per benchmark: the report's baseline row. Only for a
 # local model (the tiny default or a directory); a hub id is not a checkpoint directory.
 INITIAL_EVALS = (
-    [f"{OUT}/initial/eval/step_0/{bench}.json" for bench in BENCHES]
+    [str(LAYOUT.initial.eval_summary(0, bench)) for bench in BENCHES]
     if SWEEP.eval.initial and initial_model(SWEEP) is not None
     else []
 )
-# Runs whose jobs could not reach MLflow (README, "What we survive"): this invocation
+# Runs whose jobs could not reach MLflow (docs/reliability.md): this invocation
 # attaches them (rule mlflow_sync) after the report. The stamp is named by the pending notes'
 # content, and a failed sync appends to them, so each invocation with something pending
 # runs the sync again.
 PENDING = pending_runs(OUT) if SWEEP.mlflow.enabled else []
-SYNC_STAMPS = [f"{OUT}/logs/mlflow_sync/{pending_digest(PENDING)}.done"] if PENDING else []
+SYNC_STAMPS = [str(LAYOUT.sync_stamp(pending_digest(PENDING)))] if PENDING else []
 if PENDING:
     print(f"sweep note: {len(PENDING)} run(s) not yet in MLflow {[p.name for p in PENDING]}; "
           "rule mlflow_sync attaches them", file=sys.stderr)
@@ -75,5 +78,5 @@ def runtime(kind):
 onstart:
     from sweep.tracking import start_parent_run
 
-    start_parent_run(SWEEP, f"{OUT}/mlflow_parent_run_id",
+    start_parent_run(SWEEP, LAYOUT.parent_run_id,
                      on_error=lambda message: print(f"sweep warning: {message}", file=sys.stderr))

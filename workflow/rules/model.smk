@@ -9,8 +9,8 @@ rule tiny_model:
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/tiny_model.log",
+        str(LAYOUT.log("tiny_model")),
     benchmark:
-        f"{OUT}/benchmarks/tiny_model.tsv"
+        str(LAYOUT.benchmark("tiny_model"))
     shell:
         "python -m trainer tiny --out {output} {params.args} > {log} 2>&1"

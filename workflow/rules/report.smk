@@ -10,28 +10,28 @@ localrules:
 
 rule audit:
     output:
-        table=f"{OUT}/audit/audit.md",
-        csv=f"{OUT}/audit/audit.csv",
+        table=str(LAYOUT.audit / "audit.md"),
+        csv=str(LAYOUT.audit / "audit.csv"),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/audit.log",
+        str(LAYOUT.log("audit")),
     benchmark:
-        f"{OUT}/benchmarks/audit.tsv"
+        str(LAYOUT.benchmark("audit"))
     shell:
         "python -m algorithms.audit --out $(dirname {output.table}) > {log} 2>&1"
 
 
 rule paper_figures:
     output:
-        fig2=f"{OUT}/paper/figure2_dual_clip.png",
-        fig3=f"{OUT}/paper/figure3_rpg_style_clip.png",
+        fig2=str(LAYOUT.paper / "figure2_dual_clip.png"),
+        fig3=str(LAYOUT.paper / "figure3_rpg_style_clip.png"),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/paper_figures.log",
+        str(LAYOUT.log("paper_figures")),
     benchmark:
-        f"{OUT}/benchmarks/paper_figures.tsv"
+        str(LAYOUT.benchmark("paper_figures"))
     shell:
         "python -m analysis figures --out $(dirname {output.fig2}) > {log} 2>&1"
 
@@ -50,9 +50,9 @@ rule report:
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/report.log",
+        str(LAYOUT.log("report")),
     benchmark:
-        f"{OUT}/benchmarks/report.tsv"
+        str(LAYOUT.benchmark("report"))
     shell:
         "python -m analysis report --sweep-dir {params.sweep_dir} --out {params.sweep_dir}"
         " --audit-dir $(dirname {input.audit}) --figures-dir $(dirname {input.figures})"
@@ -64,18 +64,18 @@ rule mlflow_sync:
     input:
         REPORT,
     output:
-        touch(f"{OUT}/logs/mlflow_sync/{{digest}}.done"),
+        touch(str(LAYOUT.sync_stamp("{digest}"))),
     wildcard_constraints:
         digest=r"[0-9a-f]+",
     params:
         sweep_dir=lambda wc, input: os.path.dirname(input[0]),
         uri=SWEEP.mlflow_uri,
         experiment=SWEEP.experiment,
-        parent=f"{OUT}/mlflow_parent_run_id",
+        parent=str(LAYOUT.parent_run_id),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/mlflow_sync/{{digest}}.log",
+        str(LAYOUT.log("mlflow_sync", "{digest}")),
     shell:
         "python -m sweep mlflow-sync --sweep-dir {params.sweep_dir} --uri {params.uri:q}"
         " --experiment {params.experiment:q} --parent-run-id-file {params.parent} > {log} 2>&1"

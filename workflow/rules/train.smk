@@ -8,11 +8,11 @@ localrules:
 
 rule run_config:
     output:
-        f"{OUT}/configs/{{run_id}}.yaml",
+        str(LAYOUT.run_config("{run_id}")),
     params:
         cfg=lambda wc: run_config(SWEEP, RUNS[wc.run_id]),
     log:
-        f"{OUT}/logs/run_config/{{run_id}}.log",
+        str(LAYOUT.log("run_config", "{run_id}")),
     run:
         from sweep.runconfig import write_run_config
 
@@ -21,19 +21,19 @@ rule run_config:
 
 rule train:
     input:
-        cfg=f"{OUT}/configs/{{run_id}}.yaml",
+        cfg=rules.run_config.output[0],
         model=[MODEL_DIR] if TINY else [],
     output:
-        f"{OUT}/runs/{{run_id}}/DONE",
+        str(RUN.done),
     params:
-        parent=f"{OUT}/mlflow_parent_run_id",
+        parent=str(LAYOUT.parent_run_id),
         trainer=train_command(SWEEP),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/train/{{run_id}}.log",
+        str(LAYOUT.log("train", "{run_id}")),
     benchmark:
-        f"{OUT}/benchmarks/train/{{run_id}}.tsv"
+        str(LAYOUT.benchmark("train", "{run_id}"))
     threads: SWEEP.resources.train.cpus
     resources:
         mem_mb=SWEEP.resources.train.mem_mb,
