@@ -116,8 +116,28 @@ def _type_text(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _allowed(field) -> str:
-    """Allowed values: the type (Literal choices spelled out) and any numeric bounds."""
+def _registries() -> dict[tuple[str, str], dict]:
+    """String fields validated against a registry: (model class name, field) -> registry."""
+    from algorithms import ADVANTAGE_ESTIMATORS, METHODS, OBJECTIVES, REFERENCE_SCHEDULES
+    from eval.benchmarks import BENCHMARKS
+
+    return {("LossConfig", "objective"): OBJECTIVES,
+            ("SweepConfig", "methods"): METHODS,
+            ("EvalSpec", "benchmarks"): BENCHMARKS,
+            ("ReferenceConfig", "schedule"): REFERENCE_SCHEDULES,
+            ("ReferenceAxis", "schedule"): REFERENCE_SCHEDULES,
+            ("MethodConfig", "name"): METHODS,
+            ("MethodConfig", "advantage"): ADVANTAGE_ESTIMATORS}
+
+
+def _allowed(field, registry: dict | None = None) -> str:
+    """Allowed values: the type (Literal choices spelled out) and any numeric bounds; for a
+    string checked against a registry, the names registered now."""
+    if registry is not None:
+        names = " | ".join(f"`{n}`" for n in registry)
+        optional = " or `null`" if type(None) in typing.get_args(field.annotation) else ""
+        listed = "list of " if typing.get_origin(field.annotation) is list else ""
+        return f"{listed}registered: {names}{optional}"
     bounds = []
     for meta in field.metadata:
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
@@ -148,6 +168,7 @@ def _default(field) -> str:
 def config_rows(model: type[BaseModel], prefix: str = "") -> Iterator[list[str]]:
     """[key, default, allowed, meaning] per field; a nested model gives its own rows."""
     fallback = _docstring_fields(model)
+    registries = _registries()
     for name, field in model.model_fields.items():
         key = prefix + name
         meaning = field.description or fallback.get(name, "")
@@ -159,7 +180,8 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> Iterator[list[str]]
             yield [head, "", "", meaning or section_doc]
             yield from config_rows(sub, key + ".")
         else:
-            yield [f"`{key}`", _default(field), _allowed(field), meaning]
+            registry = registries.get((model.__name__, name))
+            yield [f"`{key}`", _default(field), _allowed(field, registry), meaning]
             item = _list_item_model(field.annotation)
             if item is not None:  # e.g. the sweep's axes.clip: a list of ClipAxis settings
                 yield from config_rows(item, key + "[].")

@@ -215,3 +215,83 @@ def test_every_rpg_divergence_is_wired_everywhere_the_recipe_lists():
     p, ref = torch.tensor([0.2, 0.8], dtype=torch.float64), torch.tensor([0.5, 0.5], dtype=torch.float64)
     for name in names:
         assert torch.isfinite(kl.divergence(name, p, ref)), "algorithms/kl.py divergence"
+
+
+# --- a loss objective -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cispo():
+    """The recipe's objective: REINFORCE with a truncated, detached importance weight."""
+    from algorithms.clipping import clip_regions
+    from algorithms.losses import Terms, _check_penalty, _penalty
+    from algorithms.objectives import OBJECTIVES, register_objective
+
+    @register_objective("cispo", check=_check_penalty, default_form="reinforce")
+    def _cispo_terms(cfg, logp, logw, logq, adv):
+        """CISPO: -SG(min(w, 1 + eps_high) A) log pi; every token keeps its gradient."""
+        w = logw.exp()
+        cap = 1.0 + (cfg.clip.eps_high if cfg.clip is not None else 0.28)
+        pg = -(w.clamp(max=cap) * adv).detach() * logp
+        return Terms(pg, _penalty(cfg, logp, logw, logq), clip_regions(w, adv, None), w)
+
+    yield
+    del OBJECTIVES["cispo"]
+
+
+def test_a_loss_objective(cispo, monkeypatch, tiny_dir, tmp_path):
+    from algorithms import compute_policy_loss
+
+    loss_cfg = {"objective": "cispo", "clip": {"eps_low": 0.2, "eps_high": 0.28, "dual_c": None},
+                "estimator": "k3", "kl_placement": "loss", "beta": 1e-3}
+    cfg = LossConfig(**loss_cfg)
+    assert cfg.form == "reinforce"
+    with pytest.raises(ValueError, match="objective='cispo': only rpg takes a divergence"):
+        LossConfig(**loss_cfg, divergence="fkl")  # the rules it registered with
+
+    # The weight is truncated at 1.28 and detached: d loss / d logp = -min(w, 1.28) A / 2.
+    logp = torch.tensor([[0.5, -0.5]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    no_kl = LossConfig(**{**loss_cfg, "estimator": None, "kl_placement": "none", "beta": 0.0})
+    loss, _ = compute_policy_loss(no_kl, logp, old, None, torch.tensor([1.0]), torch.ones(1, 2))
+    loss.backward()
+    expected = -torch.tensor([[1.28, torch.tensor(-0.5).exp().item()]]) / 2
+    assert torch.allclose(logp.grad, expected)
+
+    # A method built on it (the method recipe), then a sweep cell and a training run.
+    monkeypatch.setitem(METHODS, "CISPO", Method(name="CISPO", loss=cfg, advantage="group_mean"))
+    cells, _ = expand(sweep(methods=["CISPO"], axes={"beta": [1e-3, 1e-2]}))
+    assert [c.run_id for c in cells] == ["cispo_beta1e-3_s0", "cispo_beta0.01_s0"]
+    out = train(run_cfg(tiny_dir, tmp_path / "l", method={"name": "CISPO"}))
+    rows = metric_lines(out)
+    assert len(rows) == 2 and all(r["kl_loss"] is not None for r in rows)
+
+
+# --- a reference schedule ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def every_step():
+    """The recipe's schedule: the reference is refreshed at every rollout boundary."""
+    from algorithms.reference import REFERENCE_SCHEDULES, ReferenceSchedule, register_reference_schedule
+
+    @register_reference_schedule("every_step")
+    class EveryStepReference(ReferenceSchedule):
+        """Refreshed after every RL step: the reference lags the policy by one batch."""
+
+        def refresh_due(self, kl_to_ref):
+            return True
+
+    yield
+    del REFERENCE_SCHEDULES["every_step"]
+
+
+def test_a_reference_schedule(every_step, tiny_dir, tmp_path):
+    spec = sweep(methods=["GRPO"], axes={"reference": [{"schedule": "every_step"}]})
+    cells, _ = expand(spec)
+    assert [c.run_id for c in cells] == ["grpo_ref-everystep_s0"]
+    assert run_config(spec, cells[0])["method"]["reference"]["schedule"] == "every_step"
+
+    out = train(run_cfg(tiny_dir, tmp_path / "r",
+                        method={"name": "GRPO", "reference": {"schedule": "every_step"}}))
+    assert [r["ref_updates"] for r in metric_lines(out)] == [1, 2]
