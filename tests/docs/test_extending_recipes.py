@@ -273,7 +273,11 @@ def test_a_loss_objective(cispo, monkeypatch, tiny_dir, tmp_path):
 @pytest.fixture
 def every_step():
     """The recipe's schedule: the reference is refreshed at every rollout boundary."""
-    from algorithms.reference import REFERENCE_SCHEDULES, ReferenceSchedule, register_reference_schedule
+    from algorithms.reference import (
+        REFERENCE_SCHEDULES,
+        ReferenceSchedule,
+        register_reference_schedule,
+    )
 
     @register_reference_schedule("every_step")
     class EveryStepReference(ReferenceSchedule):
