@@ -6,7 +6,7 @@
 One line per method (run label): the mean over seeds at each step, shaded ± one standard
 error when more than one seed reached that step. A method keeps its color in every figure
 (`method_colors`). Axis labels, units and percent scaling come from the metric registry
-(`analysis.collect.metric_meta`), never from guesses here. Rendering uses matplotlib's
+(`analysis.metrics.metric_meta`), never from guesses here. Rendering uses matplotlib's
 object API with the Agg canvas (no pyplot state, no display needed).
 
 Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, out_dir)`.
@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.collect import metric_meta
+from analysis.metrics import metric_meta
 from analysis.tables import BENCHMARK_DISPLAY, benchmark_order, label_order
 
 TRAIN_CURVE_METRICS = ("reward_mean", "entropy", "response_length_mean")

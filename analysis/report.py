@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import Collection, collect, collect_initial, metric_meta
+from analysis.collect import Collection, collect, collect_initial
+from analysis.metrics import metric_meta
 from analysis.plots import write_plots
 from analysis.tables import (
     BENCHMARK_DISPLAY,

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.collect import MetricMeta, metric_meta
+from analysis.metrics import MetricMeta, metric_meta
 
 BENCHMARK_ORDER = ("aime24", "aime25", "amc23", "minerva_math", "olympiadbench", "toy")
 BENCHMARK_DISPLAY = {

@@ -7,23 +7,7 @@ import json
 import pytest
 from analysis_fixtures import RUNS, write_run
 
-from analysis.collect import (
-    Collection,
-    CollectionWarning,
-    collect,
-    collect_runs,
-    load_metric_meta,
-    metric_meta,
-)
-
-CANONICAL = (
-    "step reward_mean reward_std acc_mean response_length_mean response_length_max "
-    "truncated_frac entropy kl_ref_k1 kl_ref_k3 kl_behav_k1 kl_behav_k3 is_weight_mean "
-    "is_weight_max clip_frac_upper clip_frac_lower clip_frac_dual pg_loss kl_loss loss "
-    "groups_kept groups_dropped gen_batches grad_norm lr time_rollout time_logprob time_update "
-    "time_step tokens_per_sec rollout_logprob_gap_mean rollout_logprob_gap_max nonfinite_skips "
-    "ref_updates"
-).split()
+from analysis.collect import Collection, CollectionWarning, collect, collect_runs
 
 
 def _collect(path) -> Collection:
@@ -122,37 +106,3 @@ def test_empty_sweep_gives_empty_frames(tmp_path):
     assert train.empty and ev.empty
     assert {"run_id", "label", "seed", "step"} <= set(train.columns)
     assert {"benchmark", "scorer"} <= set(ev.columns)
-
-
-def test_metric_registry_covers_canonical_names():
-    meta = load_metric_meta()
-    missing = [name for name in CANONICAL if name not in meta]
-    assert missing == []
-    assert meta["mean"].higher_is_better is True
-    assert meta["extract_fail_rate"].higher_is_better is False
-    assert meta["entropy"].higher_is_better is None
-    assert meta["time_step"].aggregation == "sum"
-    assert meta["mean"].format(0.5938) == "59.38"
-    assert meta["response_length_mean"].format(float("nan")) == "–"
-    assert metric_meta("pass_at_16").display == "Pass@16"
-    assert metric_meta("maj_at_32").fmt == "percent"
-    with pytest.raises(KeyError, match="reward_mean"):
-        metric_meta("rewrd_mean")
-
-
-def test_every_key_evaluation_writes_has_metadata():
-    """error_rate is produced by evaluation; metric_meta("error_rate") used to raise."""
-    from eval.grading import GradeResult
-    from eval.metrics import summarize_scorer
-
-    grades = [[GradeResult(extracted="1", correct=True, status="ok"),
-               GradeResult(extracted=None, correct=False, status="error")]]
-    for key in summarize_scorer(grades, seed=0):
-        assert metric_meta(key).name == key
-    assert metric_meta("error_rate").higher_is_better is False
-
-
-def test_running_totals_aggregate_as_last():
-    """The trainer logs nonfinite_skips as a running total (0, 1, 1, 2 = two skips)."""
-    assert metric_meta("nonfinite_skips").aggregation == "last"
-    assert metric_meta("ref_updates").aggregation == "last"

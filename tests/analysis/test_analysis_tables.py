@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from analysis_fixtures import REFERENCE_CSV, write_run
 
-from analysis.collect import collect, metric_meta
+from analysis.collect import collect
+from analysis.metrics import metric_meta
 from analysis.tables import (
     last_best_table,
     load_reference,
