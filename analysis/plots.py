@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.metrics import metric_meta
-from analysis.tables import BENCHMARK_DISPLAY, benchmark_order, label_order
+from analysis.tables import benchmark_display, benchmark_order, label_order
 
 TRAIN_CURVE_METRICS = ("reward_mean", "entropy", "response_length_mean")
 PANEL_SIZE = (4.0, 3.0)  # inches per panel; the paper's Figure 4 panels are about this shape
@@ -110,7 +110,7 @@ def plot_accuracy(
     for ax, bench in zip(axes, benches):
         band = seed_band(df[df["benchmark"] == bench], metric)
         _draw(ax, band, colors, meta.scale, marker="o")
-        ax.set_title(BENCHMARK_DISPLAY.get(bench, bench))
+        ax.set_title(benchmark_display(bench))
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
         ax.grid(alpha=0.3)
