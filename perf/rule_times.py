@@ -20,6 +20,7 @@ benchmarks/. The span uses file modification times (a job's end; its start is th
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from dataclasses import dataclass
@@ -28,9 +29,9 @@ from pathlib import Path
 import pandas as pd
 
 RULES_DIR = Path(__file__).resolve().parents[1] / "workflow" / "rules"
-_RULE = re.compile(r"^rule\s+(\w+)\s*:", re.M)
-_BENCH = re.compile(r"^\s+benchmark:\s*\n\s+f?[\"']([^\"']+)[\"']", re.M)
-_WILDCARD = re.compile(r"\{\{?\w+\}\}?")
+_RULE = re.compile(r"^[ \t]*rule\s+(\w+)\s*:", re.M)
+_BENCH = re.compile(r"^\s+benchmark:\s*\n\s+(.+?)\s*$", re.M)
+_WILDCARD = re.compile(r"\{\w+\}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,27 @@ class RulePattern:
     literal: int
 
 
+def _benchmark_path(expr: str) -> str | None:
+    """The path a `benchmark:` expression names, wildcards as {name}; None if not readable.
+
+    Two spellings: an f-string (f"{OUT}/benchmarks/train/{{run_id}}.tsv") and the layout's
+    helper (str(LAYOUT.benchmark("train", "{run_id}")), which adds benchmarks/ and .tsv)."""
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "str" and node.args:
+        node = node.args[0]
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "\0" for v in node.values)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "benchmark"
+            and all(isinstance(a, ast.Constant) for a in node.args)):
+        return "benchmarks/" + "/".join(str(a.value) for a in node.args) + ".tsv"
+    return None
+
+
 def rule_patterns(rules_dir: Path) -> list[RulePattern]:
     """The `benchmark:` path of every rule in rules_dir/*.smk, relative to benchmarks/."""
     patterns = []
@@ -50,10 +72,10 @@ def rule_patterns(rules_dir: Path) -> list[RulePattern]:
         starts = [(m.start(), m.group(1)) for m in _RULE.finditer(text)] + [(len(text), "")]
         for (start, rule), (end, _) in zip(starts, starts[1:]):
             m = _BENCH.search(text, start, end)
-            if not m or "benchmarks/" not in m.group(1):
+            path = _benchmark_path(m.group(1)) if m else None
+            if path is None or "benchmarks/" not in path:
                 continue
-            tail = m.group(1).split("benchmarks/", 1)[1]
-            pieces = _WILDCARD.split(tail)
+            pieces = _WILDCARD.split(path.split("benchmarks/", 1)[1])
             regex = "[^/]+".join(re.escape(p) for p in pieces)
             patterns.append(RulePattern(rule, re.compile(regex), sum(map(len, pieces))))
     return patterns

@@ -20,9 +20,10 @@ RULES = '''rule train:
     shell: "true"
 
 
-rule evaluate:
-    benchmark:
-        f"{OUT}/benchmarks/eval/{{run_id}}/step_{{step}}_{{bench}}.tsv"
+if GROUP == "checkpoint":
+    rule evaluate:
+        benchmark:
+            f"{OUT}/benchmarks/eval/{{run_id}}/step_{{step}}_{{bench}}.tsv"
 
 
 rule evaluate_initial:
@@ -32,7 +33,7 @@ rule evaluate_initial:
 
 rule report:
     benchmark:
-        f"{OUT}/benchmarks/report.tsv"
+        str(LAYOUT.benchmark("report"))
 '''
 
 
