@@ -14,7 +14,6 @@ Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, ou
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib
@@ -25,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.metrics import metric_meta
+from analysis.stats import seed_interval
 from analysis.tables import benchmark_display, benchmark_order, label_order
 
 TRAIN_CURVE_METRICS = ("reward_mean", "entropy", "response_length_mean")
@@ -54,10 +54,10 @@ def seed_band(df: pd.DataFrame, metric: str, smooth: int = 1) -> pd.DataFrame:
             lambda s: s.rolling(smooth, min_periods=1).mean()
         )
     g = d.groupby(["label", "step"])[metric]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    out["se"] = out["std"] / np.sqrt(out["count"])
-    out.loc[out["count"] < 2, "se"] = math.nan
-    return out.rename(columns={"count": "k"}).drop(columns="std")
+    # the standard error of analysis.stats, the same number the tables print
+    out = g.agg(["mean", "count"]).rename(columns={"count": "k"})
+    out["se"] = g.agg(lambda s: seed_interval(s.to_numpy()).se)
+    return out.reset_index()
 
 
 def _panels(n: int) -> tuple[Figure, list]:
