@@ -276,14 +276,23 @@ class WideTable:
         return format_delta(r.delta, r.delta_low, r.delta_high, self.meta)
 
 
+def metric_name(tidy: pd.DataFrame) -> str:
+    """The table's metric as displayed: "Mean@4" when every run sampled n = 4, else "Mean@n"
+    with the n values listed."""
+    meta = metric_meta(str(tidy["metric"].iloc[0]))
+    ns = sorted({int(x) for x in tidy["n"] if x != "" and not pd.isna(x)})
+    if len(ns) == 1:
+        return meta.display.replace("@n", f"@{ns[0]}")
+    if len(ns) > 1:
+        return f"{meta.display} (n differs across runs: {', '.join(map(str, ns))})"
+    return meta.display
+
+
 def caption(tidy: pd.DataFrame) -> str:
     """Plain-text caption: scorer, metric, unit, n, seeds, Last/Best, intervals, Δ, marks."""
     meta = metric_meta(str(tidy["metric"].iloc[0]))
     scorer = tidy["scorer"].iloc[0]
-    ns = sorted({int(x) for x in tidy["n"] if x != "" and not pd.isna(x)})
-    name = meta.display.replace("@n", f"@{ns[0]}") if len(ns) == 1 else meta.display
-    if len(ns) > 1:
-        name += f" (n differs across runs: {', '.join(map(str, ns))})"
+    name = metric_name(tidy)
     unit = "in percent, two decimals" if meta.fmt == "percent" else f"({meta.fmt})"
     seeds = sorted(set(tidy["n_seeds"]))
     seeds_txt = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"

@@ -20,7 +20,14 @@ import pandas as pd
 
 from analysis.metrics import metric_meta
 from analysis.stats import PairedDelta
-from analysis.tables import benchmark_display, benchmark_order, format_delta, label_order, signed
+from analysis.tables import (
+    benchmark_display,
+    benchmark_order,
+    format_delta,
+    label_order,
+    metric_name,
+    signed,
+)
 
 VERDICT_STAT = "last"
 
@@ -89,7 +96,7 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
     seeds_txt = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
     sentences = [
         f"**Verdict** (computed from the tables below: scorer `{tidy['scorer'].iloc[0]}`, "
-        f"{meta.display} at Last, {seeds_txt} seed(s) per method; Δ = method - {baseline}"
+        f"{metric_name(tidy)} at Last, {seeds_txt} seed(s) per method; Δ = method - {baseline}"
         f"{unit} with its 95% paired bootstrap interval over (problem, seed) pairs; an "
         "interval that excludes 0 separates a method from the baseline)."
     ]

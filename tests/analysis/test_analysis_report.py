@@ -231,7 +231,7 @@ def test_report_shows_the_initial_model_row(tmp_path):
         "| Initial model (step 0) | 12.50 |")
     # ... and in the verdict: the warm start's score and the gain over it (no DAPO to compare)
     assert md.split("\n")[2] == (
-        "**Verdict** (computed from the tables below: scorer `dapo`, Mean@n at Last, 1 seed(s) "
+        "**Verdict** (computed from the tables below: scorer `dapo`, Mean@4 at Last, 1 seed(s) "
         "per method; Δ = method - DAPO (percentage points) with its 95% paired bootstrap "
         "interval over (problem, seed) pairs; an interval that excludes 0 separates a method "
         "from the baseline). On Toy, DAPO was not evaluated, so no method is compared with it. "

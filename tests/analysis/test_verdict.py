@@ -11,7 +11,7 @@ from analysis.report import build_report, check_options
 from analysis.stats import paired_bootstrap
 
 HEAD = (
-    "**Verdict** (computed from the tables below: scorer `dapo`, Mean@n at Last, 3 seed(s) "
+    "**Verdict** (computed from the tables below: scorer `dapo`, Mean@4 at Last, 3 seed(s) "
     "per method; Δ = method - DAPO (percentage points) with its 95% paired bootstrap interval "
     "over (problem, seed) pairs; an interval that excludes 0 separates a method from the "
     "baseline)."
