@@ -106,3 +106,22 @@ def test_empty_sweep_gives_empty_frames(tmp_path):
     assert train.empty and ev.empty
     assert {"run_id", "label", "seed", "step"} <= set(train.columns)
     assert {"benchmark", "scorer"} <= set(ev.columns)
+
+
+def test_problem_scores_read_the_per_sample_records(tmp_path):
+    """Per-problem Mean@n per scorer from eval/step_<N>/<bench>.jsonl (the records the
+    evaluation writes): 0.45 of 20 samples = 9 correct, filled problem by problem."""
+    from analysis_fixtures import per_problem
+
+    from analysis.collect import problem_scores
+
+    run = write_run(tmp_path / "runs", "a", "GRPO", 0, {}, evals={"toy": {5: 0.45}})
+    scores = problem_scores(run, 5, "toy")
+    assert scores["dapo"] == {"toy-0": 1.0, "toy-1": 1.0, "toy-2": 0.25, "toy-3": 0.0,
+                              "toy-4": 0.0}
+    assert list(scores["math_verify"].values()) == per_problem(0.40)
+    assert problem_scores(run, 6, "toy") == {}  # not evaluated at that step
+    path = run / "eval" / "step_5" / "toy.jsonl"
+    path.write_text(path.read_text() + '{"problem_id": "toy-9", "scorers": {"dapo": {}}}\n')
+    with pytest.raises(ValueError, match=r"toy.jsonl line 21: .*re-run its evaluation"):
+        problem_scores(run, 5, "toy")
