@@ -88,17 +88,25 @@ class PairedDelta:
         return "tie"
 
 
+_CHUNK_DRAWS = 4_000_000  # indices drawn per Generator call: caps memory near 32 MB
+
+
 def bootstrap_means(diffs, reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """`reps` means of `len(diffs)` pairs drawn with replacement (one row of indices per rep,
-    all drawn by one seeded Generator call, so the result depends on (diffs, reps, seed) only)."""
+    """`reps` means of `len(diffs)` pairs drawn with replacement: one row of indices per
+    rep, drawn in chunks of rows by one seeded Generator, so the result depends on (diffs,
+    reps, seed) only."""
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all():
         raise ValueError(f"bootstrap needs a non-empty 1-d array of finite differences, got {d}")
     if reps < 1:
         raise ValueError(f"bootstrap reps must be >= 1, got {reps}")
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, d.size, size=(reps, d.size))
-    return d[idx].mean(axis=1)
+    rows = max(1, _CHUNK_DRAWS // d.size)
+    means = [
+        d[rng.integers(0, d.size, size=(min(rows, reps - start), d.size))].mean(axis=1)
+        for start in range(0, reps, rows)
+    ]
+    return np.concatenate(means)
 
 
 def paired_bootstrap(

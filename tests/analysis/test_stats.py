@@ -97,3 +97,15 @@ def test_bad_bootstrap_inputs_are_rejected():
         paired_bootstrap([0.1], [0.1], reps=0)
     with pytest.raises(ValueError, match="non-empty"):
         paired_bootstrap([], [])
+
+
+def test_bootstrap_of_many_pairs_is_drawn_in_chunks_with_the_same_law():
+    """2,000 pairs x 10,000 resamples would be 160 MB of indices at once; drawn in chunks
+    the means still have the bootstrap's law: mean = the sample mean, sd = sd(diffs)/sqrt(n)."""
+    diffs = np.tile([0.0, 1.0], 1000)  # sd 0.5 (ddof=0), n = 2000
+    means = bootstrap_means(diffs, reps=10_000, seed=0)
+    assert means.shape == (10_000,)
+    assert means.mean() == pytest.approx(0.5, abs=0.001)
+    assert means.std() == pytest.approx(0.5 / math.sqrt(2000), rel=0.03)
+    assert len(np.unique(means[:2000])) > 50  # not one chunk repeated
+    assert not np.array_equal(means[:2000], means[2000:4000])
