@@ -28,6 +28,7 @@ from analysis.stats import seed_interval
 from analysis.tables import benchmark_display, benchmark_order, label_order
 
 TRAIN_CURVE_METRICS = ("reward_mean", "entropy", "response_length_mean")
+BAND = "line: mean over seeds, band: ± 1 standard error"
 PANEL_SIZE = (4.0, 3.0)  # inches per panel; the paper's Figure 4 panels are about this shape
 
 
@@ -114,7 +115,7 @@ def plot_accuracy(
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Evaluation accuracy ({scorer} scorer)")
+    fig.suptitle(f"Evaluation accuracy ({scorer} scorer); {BAND}")
     _legend(fig, axes)
     return fig
 
@@ -136,7 +137,7 @@ def plot_training(
         ax.set_ylabel(meta.axis_label())
         ax.grid(alpha=0.3)
     title = "Training dynamics" + (f" (rolling mean over {smooth} steps)" if smooth > 1 else "")
-    fig.suptitle(title)
+    fig.suptitle(f"{title}; {BAND}")
     _legend(fig, axes)
     return fig
 
