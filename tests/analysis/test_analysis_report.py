@@ -144,6 +144,10 @@ def test_bad_options_fail_before_writing(sweep, tmp_path):
         check_options(sweep, out, audit_dir=tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="paper reference"):
         check_options(sweep, out, paper_setting="model=Qwen3-4B", reference=tmp_path / "x.csv")
+    with pytest.raises(ValueError, match="--bootstrap-reps must be >= 1, got 0"):
+        check_options(sweep, out, bootstrap_reps=0)
+    assert main(["report", "--sweep-dir", str(sweep), "--out", str(out),
+                 "--bootstrap-reps", "0"]) == 2
     assert main(["report", "--sweep-dir", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert not out.exists()
     assert main(["nonsense"]) == 2
