@@ -22,7 +22,6 @@ Run: `python -m analysis report --sweep-dir results/<sweep> --out results/<sweep
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +30,13 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from common.layout import INITIAL_DIR
+from common.layout import INITIAL_DIR, RunDir
 
 # ---------------------------------------------------------------------------------------
 # Collection
 # ---------------------------------------------------------------------------------------
 
 RUN_KEYS = ("run_id", "label", "seed")
-_STEP_DIR = re.compile(r"step_(\d+)")
 
 
 class CollectionWarning(UserWarning):
@@ -135,12 +133,7 @@ def _read_metrics(path: Path, warn: _Warner) -> list[dict]:
 def _read_evals(run_dir: Path, warn: _Warner) -> list[dict]:
     """One dict per (step, benchmark, scorer) from run_dir/eval/step_<N>/<bench>.json."""
     rows: list[dict] = []
-    eval_root = run_dir / "eval"
-    if not eval_root.is_dir():
-        return rows
-    step_dirs = [d for d in eval_root.iterdir() if d.is_dir() and _STEP_DIR.fullmatch(d.name)]
-    for step_dir in sorted(step_dirs, key=lambda d: int(d.name.split("_")[1])):
-        step = int(step_dir.name.split("_")[1])
+    for step, step_dir in RunDir(run_dir).eval_steps():
         for path in sorted(step_dir.glob("*.json")):
             try:
                 summary = json.loads(path.read_text())
@@ -252,7 +245,7 @@ def problem_scores(run_dir: str | Path, step: int, benchmark: str) -> dict[str, 
     by the evaluation next to its summary). {} when the file is absent or holds no records;
     a malformed line raises ValueError naming the file and line (a half-written per-sample
     file would silently bias a paired comparison, so it is not dropped)."""
-    path = Path(run_dir) / "eval" / f"step_{step}" / f"{benchmark}.jsonl"
+    path = RunDir(run_dir).eval_samples(step, benchmark)
     if not path.is_file():
         return {}
     hits: dict[str, dict[str, list[int]]] = {}
