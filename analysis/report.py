@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.collect import Collection, collect, collect_initial, metric_meta
+from analysis.concordance import report_lines as concordance_lines
 from analysis.plots import write_plots
 from analysis.tables import (
     BENCHMARK_DISPLAY,
@@ -219,6 +220,8 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     plot_files = write_plots(col.train, col.eval, plots_dir, smooth=opts.smooth)
 
     md: list[str] = [f"# Report: {opts.sweep_dir.resolve().name}", ""]
+    crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
+    md += crosscheck_head
     n_done = int(col.runs["done"].sum()) if not col.runs.empty else 0
     n_eval = int(col.runs["has_eval"].sum()) if not col.runs.empty else 0
     md += [
@@ -277,6 +280,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     md += ["## Paper vs ours", ""]
     md += _paper_section(col, opts, tables_dir, out)
 
+    md += crosscheck_section
     md += ["## Curves", ""]
     if not plot_files:
         md += ["No data to plot yet.", ""]
