@@ -144,7 +144,7 @@ def build_env(requirements: str | Path, out: str | Path) -> float:
     venv.create(out, with_pip=True, clear=True)
     python = out / "bin" / "python"
     pip = subprocess.run([str(python), "-m", "pip", "install", "-r", str(requirements)],
-                         stdout=sys.stdout, stderr=subprocess.STDOUT, check=False)
+                         stderr=subprocess.STDOUT, check=False)  # into the job log
     if pip.returncode != 0:
         raise RuntimeError(f"lighteval is not installable from {requirements} into {out} (pip "
                            f"exit {pip.returncode}; its output is in this job's log); fix the "
