@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "RPG_BENCHMARK": args.benchmark,
            "RPG_BENCHMARK_DIR": str(args.benchmark_dir.resolve()), "RPG_N": str(args.n),
            "RPG_MAX_NEW_TOKENS": str(args.max_new_tokens)}
+    for offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # every input is a local folder
+        env.setdefault(offline, "1")
     command = "vllm" if args.backend == "vllm" else "accelerate"
     raw = work / "raw"
     subprocess.run([sys.executable, "-m", "lighteval", command, model_args(work / "model", args),

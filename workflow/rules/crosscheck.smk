@@ -45,7 +45,9 @@ def crosscheck_run_args(sweep, run_id, step, bench):
     ])
 
 
+# lighteval_env is local: it needs a package index, which cluster nodes often cannot reach.
 localrules:
+    lighteval_env,
     crosscheck_benchmark,
     lighteval_summary,
     concordance,
