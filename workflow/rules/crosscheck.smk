@@ -2,9 +2,9 @@
 # checkpoints (eval.crosscheck_steps, the last by default) on the same problems, prompts and
 # sampling settings, in its own environment; analysis.concordance compares it with ours.
 # Without eval.crosscheck the lists below are empty and none of these rules is in the DAG.
-import shlex
-
 from snakemake.settings.types import DeploymentMethod
+
+from sweep.crosscheck import crosscheck_export_args, crosscheck_run_args
 
 CROSSCHECK_STEPS = SWEEP.eval.crosscheck_at if "lighteval" in SWEEP.eval.crosscheck else []
 LIGHTEVAL_BACKEND = SWEEP.eval.backend  # hf: transformers (CPU or GPU); vllm: GPU
@@ -20,29 +20,6 @@ CROSSCHECK = [
     for bench in BENCHES
 ]
 CONCORDANCE = [f"{OUT}/crosscheck/concordance.md"] if CROSSCHECK else []
-
-
-
-def crosscheck_export_args(sweep, bench):
-    """`export` arguments: the benchmark exactly as rule evaluate loads it."""
-    spec = sweep.eval
-    args = ["--benchmark", bench, "--template", spec.template]
-    if bench in spec.files:
-        args += ["--benchmark-file", spec.files[bench]]
-    if bench in spec.limit:
-        args += ["--limit", str(spec.limit[bench])]
-    return shlex.join(args)
-
-
-def crosscheck_run_args(sweep, run_id, step, bench):
-    """eval/lighteval/run.py arguments: rule evaluate's checkpoint and sampling settings."""
-    spec = sweep.eval
-    return shlex.join([
-        "--checkpoint", f"{sweep.out_dir}/runs/{run_id}/checkpoints/step_{step}",
-        "--benchmark", bench, "--n", str(spec.n), "--temperature", str(spec.temperature),
-        "--top-p", str(spec.top_p), "--max-new-tokens", str(spec.max_new_tokens),
-        "--seed", str(spec.seed), "--backend", spec.backend,
-    ])
 
 
 # lighteval_env is local: it needs a package index, which cluster nodes often cannot reach.
@@ -143,7 +120,7 @@ rule concordance:
         table=f"{OUT}/crosscheck/concordance.md",
         csv=f"{OUT}/crosscheck/concordance.csv",
     params:
-        sweep_dir=OUT,
+        sweep_dir=lambda wc, output: os.path.dirname(os.path.dirname(output.table)),
     conda:
         "../envs/harness.yaml"
     log:
