@@ -83,10 +83,27 @@ def train_command(sweep: SweepConfig) -> str:
     """The trainer's launch command for one train job: `python -m trainer`, or, when the
     sweep gives a train job several GPUs, one process per GPU under torchrun (FSDP2) via
     `trainer.launch` (torchrun with the trainer's exit code 75 on preemption)."""
-    gpus = sweep.resources.train.gpus
+    gpus, nodes = sweep.resources.train.gpus, sweep.resources.train.nodes
+    if nodes > 1:  # one launcher per node, rendezvous from SLURM's environment
+        return (f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 python -m trainer.launch "
+                f"--slurm --nproc-per-node {max(gpus, 1)} -m trainer")
     if gpus > 1:
         return f"python -m trainer.launch --standalone --nproc-per-node {gpus} -m trainer"
     return "python -m trainer"
+
+
+def train_slurm_resources(sweep: SweepConfig) -> dict:
+    """The train rule's GPU/node resources, in the SLURM executor plugin's names.
+
+    One node: `--gpus=N`, one task (torchrun starts a process per GPU). Several nodes: the
+    job asks for `gpu:N` per node, one task per node, and is an "mpi" job, so the plugin
+    does not wrap the rule's command in `srun -n1`: the command's own `srun` starts one
+    launcher per node (`train_command`)."""
+    train = sweep.resources.train
+    if train.nodes == 1:
+        return {"gpu": train.gpus, "tasks_per_gpu": 0} if train.gpus else {}
+    return {"gres": f"gpu:{train.gpus}", "nodes": train.nodes, "tasks": train.nodes,
+            "tasks_per_gpu": 0, "mpi": "srun"}
 
 
 def _eval_args(sweep: SweepConfig, checkpoint: str, out: Path, step: int, bench: str) -> list[str]:

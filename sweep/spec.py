@@ -149,7 +149,8 @@ class MlflowSpec(Strict):
 class JobResources(Strict):
     """Per-job resources for a cluster profile; runtime grows linearly with the attempt."""
 
-    gpus: int = Field(0, ge=0)
+    gpus: int = Field(0, ge=0, description="GPUs per node (train: one FSDP2 rank each)")
+    nodes: int = Field(1, ge=1, description="train: nodes per job (torchrun rendezvous via srun)")
     cpus: int = Field(1, ge=1)
     mem_mb: int = Field(4000, ge=100)
     runtime_min: int = Field(60, ge=1, description="minutes on the first attempt")

@@ -13,6 +13,7 @@ from sweep.runconfig import (
     report_paper_args,
     run_config,
     train_command,
+    train_slurm_resources,
 )
 from sweep.tracking import pending_digest, pending_runs
 

@@ -36,9 +36,9 @@ rule train:
         f"{OUT}/benchmarks/train/{{run_id}}.tsv"
     threads: SWEEP.resources.train.cpus
     resources:
-        gpu=SWEEP.resources.train.gpus,  # the SLURM plugin's name: --gpus=N
         mem_mb=SWEEP.resources.train.mem_mb,
         runtime=runtime("train"),
+        **train_slurm_resources(SWEEP),  # GPUs, nodes, tasks in the SLURM plugin's names
     # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
     # warning, scancel, requeue) reaches it instead of killing the shell around it.
     shell:
