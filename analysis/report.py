@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.collect import Collection, collect, collect_initial
+from analysis.concordance import report_lines as concordance_lines
 from analysis.delta import DeltaOptions
 from analysis.metrics import metric_meta
 from analysis.paper import (
@@ -241,6 +242,12 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
     return [text + note, ""]
 
 
+def first_paragraph(crosscheck: list[str], verdict: list[str]) -> list[str]:
+    """One opening paragraph: a cross-check disagreement (or agreement) leads, the verdict
+    follows, so neither is pushed below the fold."""
+    return [" ".join([line for line in crosscheck if line] + [verdict[0]]), ""]
+
+
 def runs_section(col: Collection, sweep_dir: Path, tables_dir: Path, out: Path) -> list[str]:
     """How many runs were read, the run table, runs lacking evaluations, warnings."""
     n_done = int(col.runs["done"].sum()) if not col.runs.empty else 0
@@ -358,15 +365,17 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     table_files = write_last_best_tables(tables, tables_dir)
     initial = collect_initial(opts.sweep_dir)
     plot_files = write_plots(col.train, col.eval, out / "plots", smooth=opts.smooth)
+    crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",
         "",
-        *verdict_section(tables, initial, opts.verdict_scorer),
+        *first_paragraph(crosscheck_head, verdict_section(tables, initial, opts.verdict_scorer)),
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),
         "## Paper vs ours",
         "",
         *_paper_section(col, opts, tables_dir, out),
+        *crosscheck_section,
         *curves_section(plot_files, out),
         *audit_section(opts.audit_dir, out),
         *figures_section(opts.figures_dir, out),
