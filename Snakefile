@@ -21,6 +21,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/crosscheck.smk"
 include: "workflow/rules/report.smk"
 
 

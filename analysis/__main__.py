@@ -2,7 +2,8 @@
 
     python -m analysis report --sweep-dir results/<sweep> [--out results/<sweep>]
         [--audit-dir DIR] [--figures-dir DIR] [--paper-setting model=Qwen3-4B,context=8k]
-        [--reference CSV] [--smooth N] [--quiet]
+        [--reference CSV] [--smooth N] [--baseline DAPO] [--bootstrap-reps N]
+        [--bootstrap-seed S] [--verdict-scorer dapo] [--quiet]
     python -m analysis figures ...      # the paper's Figures 2/3 (analysis.figures)
 
 `report` is the one call the workflow's aggregate rule makes; see analysis/report.py for
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+
+from analysis.delta import DeltaOptions
 
 
 def _report_parser() -> argparse.ArgumentParser:
@@ -41,6 +44,28 @@ def _report_parser() -> argparse.ArgumentParser:
         default=1,
         help="rolling mean window (logged steps) for training curves; 1 = raw",
     )
+    p.add_argument(
+        "--baseline",
+        default="DAPO",
+        help="label every method is compared with in the Δ column and the verdict",
+    )
+    p.add_argument(
+        "--bootstrap-reps",
+        type=int,
+        default=DeltaOptions.reps,
+        help="resamples of the paired bootstrap of Δ",
+    )
+    p.add_argument(
+        "--bootstrap-seed",
+        type=int,
+        default=DeltaOptions.seed,
+        help="seed of the bootstrap's numpy Generator (same seed, same intervals)",
+    )
+    p.add_argument(
+        "--verdict-scorer",
+        default="dapo",
+        help="scorer whose table the verdict paragraph reads",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar or warning echo")
     return p
 
@@ -58,6 +83,10 @@ def _report(argv: list[str]) -> int:
             paper_setting=args.paper_setting,
             reference=args.reference,
             smooth=args.smooth,
+            baseline=args.baseline,
+            bootstrap_reps=args.bootstrap_reps,
+            bootstrap_seed=args.bootstrap_seed,
+            verdict_scorer=args.verdict_scorer,
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

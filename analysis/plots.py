@@ -6,7 +6,7 @@
 One line per method (run label): the mean over seeds at each step, shaded ± one standard
 error when more than one seed reached that step. A method keeps its color in every figure
 (`method_colors`). Axis labels, units and percent scaling come from the metric registry
-(`analysis.collect.metric_meta`), never from guesses here. Rendering uses matplotlib's
+(`analysis.metrics.metric_meta`), never from guesses here. Rendering uses matplotlib's
 object API with the Agg canvas (no pyplot state, no display needed).
 
 Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, out_dir)`.
@@ -14,7 +14,6 @@ Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, ou
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib
@@ -24,10 +23,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.collect import metric_meta
-from analysis.tables import BENCHMARK_DISPLAY, benchmark_order, label_order
+from analysis.metrics import metric_meta
+from analysis.stats import seed_interval
+from analysis.tables import benchmark_display, benchmark_order, label_order
 
 TRAIN_CURVE_METRICS = ("reward_mean", "entropy", "response_length_mean")
+BAND = "line: mean over seeds, band: ± 1 standard error"
 PANEL_SIZE = (4.0, 3.0)  # inches per panel; the paper's Figure 4 panels are about this shape
 
 
@@ -54,10 +55,10 @@ def seed_band(df: pd.DataFrame, metric: str, smooth: int = 1) -> pd.DataFrame:
             lambda s: s.rolling(smooth, min_periods=1).mean()
         )
     g = d.groupby(["label", "step"])[metric]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    out["se"] = out["std"] / np.sqrt(out["count"])
-    out.loc[out["count"] < 2, "se"] = math.nan
-    return out.rename(columns={"count": "k"}).drop(columns="std")
+    # the standard error of analysis.stats, the same number the tables print
+    out = g.agg(["mean", "count"]).rename(columns={"count": "k"})
+    out["se"] = g.agg(lambda s: seed_interval(s.to_numpy()).se)
+    return out.reset_index()
 
 
 def _panels(n: int) -> tuple[Figure, list]:
@@ -110,11 +111,11 @@ def plot_accuracy(
     for ax, bench in zip(axes, benches):
         band = seed_band(df[df["benchmark"] == bench], metric)
         _draw(ax, band, colors, meta.scale, marker="o")
-        ax.set_title(BENCHMARK_DISPLAY.get(bench, bench))
+        ax.set_title(benchmark_display(bench))
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Evaluation accuracy ({scorer} scorer)")
+    fig.suptitle(f"Evaluation accuracy ({scorer} scorer); {BAND}")
     _legend(fig, axes)
     return fig
 
@@ -136,7 +137,7 @@ def plot_training(
         ax.set_ylabel(meta.axis_label())
         ax.grid(alpha=0.3)
     title = "Training dynamics" + (f" (rolling mean over {smooth} steps)" if smooth > 1 else "")
-    fig.suptitle(title)
+    fig.suptitle(f"{title}; {BAND}")
     _legend(fig, axes)
     return fig
 

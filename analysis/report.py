@@ -2,11 +2,16 @@
 
     python -m analysis report --sweep-dir results/<sweep> --out results/<sweep> \
         [--audit-dir DIR] [--figures-dir DIR] [--paper-setting model=Qwen3-4B,context=8k] \
-        [--reference results/reference/reported_results.csv] [--smooth N]
+        [--reference results/reference/reported_results.csv] [--smooth N] \
+        [--baseline DAPO] [--bootstrap-reps 10000] [--bootstrap-seed 0] [--verdict-scorer dapo]
+
+report.md opens with the verdict (`analysis.verdict`): which methods the sweep separates
+from the baseline at 95% on each benchmark, and each method's gain over the warm start.
 
 Writes under `--out`:
   tables/runs.csv, tables/train_metrics.csv, tables/eval_metrics.csv   tidy collections
   tables/last_best_<scorer>.{csv,md,tex}                               Table-3-style tables
+      (mean ± SE [95% t interval] over seeds, Δ vs the baseline [95% paired bootstrap])
       (report.md adds the initial model's step-0 row from <sweep_dir>/initial/, if evaluated)
   tables/paper_vs_ours.{csv,md}                                        when a setting matches
   plots/accuracy_<scorer>.{png,pdf}, plots/training.{png,pdf}          curves
@@ -20,25 +25,31 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import Collection, collect, collect_initial, metric_meta
-from analysis.plots import write_plots
-from analysis.tables import (
-    BENCHMARK_DISPLAY,
-    benchmark_order,
-    last_best_table,
+from analysis.collect import Collection, collect, collect_initial
+from analysis.concordance import report_lines as concordance_lines
+from analysis.delta import DeltaOptions
+from analysis.metrics import metric_meta
+from analysis.paper import (
     load_reference,
     paper_vs_ours,
     parse_paper_setting,
-    render_markdown,
     render_paper_vs_ours_markdown,
-    write_last_best_tables,
     write_paper_vs_ours,
 )
+from analysis.plots import write_plots
+from analysis.tables import (
+    benchmark_display,
+    benchmark_order,
+    last_best_tables,
+    render_markdown,
+    write_last_best_tables,
+)
+from analysis.verdict import verdict_paragraph
 from common.files import write_atomic
 
 REFERENCE_RELPATH = Path("results/reference/reported_results.csv")
@@ -63,6 +74,8 @@ class ReportOptions:
     paper_setting: dict[str, str] | None = None
     reference: pd.DataFrame | None = None
     smooth: int = 1
+    delta: DeltaOptions = field(default_factory=DeltaOptions)
+    verdict_scorer: str = "dapo"
 
 
 def check_options(
@@ -74,6 +87,10 @@ def check_options(
     paper_setting: str | dict | None = None,
     reference: str | Path | None = None,
     smooth: int = 1,
+    baseline: str = "DAPO",
+    bootstrap_reps: int = DeltaOptions.reps,
+    bootstrap_seed: int = DeltaOptions.seed,
+    verdict_scorer: str = "dapo",
 ) -> ReportOptions:
     """Validate every input before any collection or writing; errors name the flag."""
     sweep_dir = Path(sweep_dir)
@@ -98,6 +115,8 @@ def check_options(
         paper_setting=setting,
         reference=ref,
         smooth=smooth,
+        delta=DeltaOptions(baseline, bootstrap_reps, bootstrap_seed),
+        verdict_scorer=verdict_scorer,
     )
 
 
@@ -159,7 +178,7 @@ def initial_rows(initial: pd.DataFrame, scorer: str) -> list[str]:
     meta = metric_meta("mean")
     benches = benchmark_order(rows["benchmark"])
     by_bench = rows.set_index("benchmark")["mean"]
-    header = ["Model", *(BENCHMARK_DISPLAY.get(b, b) for b in benches)]
+    header = ["Model", *(benchmark_display(b) for b in benches)]
     cells = ["Initial model (step 0)", *(meta.format(float(by_bench[b])) for b in benches)]
     return [
         "The model every run starts from, evaluated the same way before any RL step:",
@@ -198,15 +217,134 @@ def run_summary(col: Collection) -> list[list[str]]:
 
 
 # ---------------------------------------------------------------------------------------
+# Report sections (each returns Markdown lines)
+# ---------------------------------------------------------------------------------------
+
+
+def initial_means(initial: pd.DataFrame, scorer: str) -> dict[str, float]:
+    """benchmark -> the initial model's Mean@n for `scorer`; {} when it was not evaluated."""
+    if initial.empty:
+        return {}
+    rows = initial[initial["scorer"] == scorer]
+    return {str(r.benchmark): float(r.mean) for r in rows.itertuples()}
+
+
+def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
+                    scorer: str) -> list[str]:
+    """The first paragraph: the computed verdict for `scorer` (or the first scorer there is)."""
+    if not tables:
+        return ["**Verdict:** no evaluations yet, so nothing to compare.", ""]
+    note = ""
+    if scorer not in tables:
+        note = f" (scorer `{scorer}` was not evaluated; using `{next(iter(tables))}`)"
+        scorer = next(iter(tables))
+    text = verdict_paragraph(tables[scorer], initial_means(initial, scorer))
+    return [text + note, ""]
+
+
+def first_paragraph(crosscheck: list[str], verdict: list[str]) -> list[str]:
+    """One opening paragraph: a cross-check disagreement (or agreement) leads, the verdict
+    follows, so neither is pushed below the fold."""
+    return [" ".join([line for line in crosscheck if line] + [verdict[0]]), ""]
+
+
+def runs_section(col: Collection, sweep_dir: Path, tables_dir: Path, out: Path) -> list[str]:
+    """How many runs were read, the run table, runs lacking evaluations, warnings."""
+    n_done = int(col.runs["done"].sum()) if not col.runs.empty else 0
+    n_eval = int(col.runs["has_eval"].sum()) if not col.runs.empty else 0
+    md = [
+        "## Runs",
+        "",
+        f"Sweep directory `{sweep_dir}`: {len(col.runs)} run(s) collected, "
+        f"{n_done} complete (DONE), {n_eval} with evaluations. Accuracies are Mean@n "
+        "(average accuracy over all n samples of every problem) in percent with two "
+        "decimals; the CSV files hold fractions.",
+        "",
+    ]
+    if col.runs.empty:
+        return md + ["No readable runs were found.", ""] + _warnings(col)
+    extra = [
+        f"{metric_meta(m).display} ({metric_meta(m).aggregation})"
+        for m in RUN_SUMMARY_METRICS
+        if m in col.train.columns
+    ]
+    header = ["Run", "Label", "Seed", "Last step", "Done", "Evaluated steps", *extra]
+    lacking = col.runs[~col.runs["has_eval"]]["run_id"].tolist()
+    md += [
+        _md_table(header, run_summary(col)),
+        "Runs without evaluations: "
+        + (", ".join(f"`{r}`" for r in lacking) if lacking else "none")
+        + ".",
+        "",
+        f"Tidy data: [runs]({_rel(tables_dir / 'runs.csv', out)}), "
+        f"[training metrics]({_rel(tables_dir / 'train_metrics.csv', out)}), "
+        f"[evaluation metrics]({_rel(tables_dir / 'eval_metrics.csv', out)}).",
+        "",
+    ]
+    return md + _warnings(col)
+
+
+def _warnings(col: Collection) -> list[str]:
+    if not col.warnings:
+        return []
+    return ["Collection warnings (these files were skipped or truncated):", "",
+            *(f"- {w}" for w in col.warnings), ""]
+
+
+def results_section(tables: dict[str, pd.DataFrame], files: dict[str, dict[str, Path]],
+                    initial: pd.DataFrame, out: Path) -> list[str]:
+    """One Last/Best table per scorer, the initial model's row under it, file links."""
+    md = ["## Results: Last and Best", ""]
+    if not tables:
+        return md + ["No evaluation summaries yet; no tables.", ""]
+    for scorer, tidy in tables.items():
+        links = ", ".join(f"[{ext.upper()}]({_rel(p, out)})" for ext, p in files[scorer].items())
+        md += [f"### Scorer `{scorer}`", "", render_markdown(tidy),
+               *initial_rows(initial, scorer), f"Files: {links}.", ""]
+    return md
+
+
+def curves_section(plot_files: dict[str, list[Path]], out: Path) -> list[str]:
+    md = ["## Curves", ""]
+    if not plot_files:
+        return md + ["No data to plot yet.", ""]
+    for name, (png, pdf) in plot_files.items():
+        md += [f"![{name}]({_rel(png, out)})", "", f"[PDF]({_rel(pdf, out)})", ""]
+    return md
+
+
+def audit_section(audit_dir: Path | None, out: Path) -> list[str]:
+    """The exact-gradient audit's audit.md, embedded; [] without --audit-dir."""
+    if audit_dir is None:
+        return []
+    title = "Exact-gradient audit"
+    audit = audit_dir / "audit.md"
+    if not audit.is_file():
+        return [f"## {title}", "", f"`{audit}` not found; run `python -m algorithms.audit` first.", ""]
+    return [f"## {title}", "", embed_markdown(drop_title(audit.read_text(), title), audit_dir, out)]
+
+
+def figures_section(figures_dir: Path | None, out: Path) -> list[str]:
+    """The paper's Figures 2/3 reproduced (PNG inline, PDF linked); [] without --figures-dir."""
+    if figures_dir is None:
+        return []
+    md = ["## Figures 2 and 3 (paper reproduction)", ""]
+    pngs, pdfs = sorted(figures_dir.glob("*.png")), sorted(figures_dir.glob("*.pdf"))
+    if not pngs and not pdfs:
+        md += [f"No figures found in `{figures_dir}`.", ""]
+    md += [line for p in pngs for line in (f"![{p.stem}]({_rel(p, out)})", "")]
+    if pdfs:
+        md += ["PDF: " + ", ".join(f"[{p.stem}]({_rel(p, out)})" for p in pdfs) + ".", ""]
+    return md
+
+
+# ---------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------
 
 
-def build_report(opts: ReportOptions, progress: bool = False) -> Path:
-    """Collect the sweep, write tables and plots, then `report.md`; returns its path."""
-    out = opts.out_dir
-    col = collect(opts.sweep_dir, progress=progress)
-    tables_dir, plots_dir = out / "tables", out / "plots"
+def write_tidy(col: Collection, tables_dir: Path) -> None:
+    """tables/runs.csv, train_metrics.csv, eval_metrics.csv: the collection as read."""
     tables_dir.mkdir(parents=True, exist_ok=True)
     runs_csv = col.runs.assign(
         eval_steps=col.runs["eval_steps"].map(lambda s: " ".join(map(str, s)))
@@ -214,95 +352,34 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     runs_csv.to_csv(tables_dir / "runs.csv", index=False)
     col.train.to_csv(tables_dir / "train_metrics.csv", index=False)
     col.eval.to_csv(tables_dir / "eval_metrics.csv", index=False)
-    table_files = write_last_best_tables(col.eval, tables_dir)
+
+
+def build_report(opts: ReportOptions, progress: bool = False) -> Path:
+    """Collect the sweep, write tables and plots, then `report.md`; returns its path."""
+    out = opts.out_dir
+    col = collect(opts.sweep_dir, progress=progress)
+    tables_dir = out / "tables"
+    write_tidy(col, tables_dir)
+    run_dirs = dict(zip(col.runs["run_id"], col.runs["run_dir"])) if not col.runs.empty else {}
+    tables = last_best_tables(col.eval, run_dirs=run_dirs, delta=opts.delta)
+    table_files = write_last_best_tables(tables, tables_dir)
     initial = collect_initial(opts.sweep_dir)
-    plot_files = write_plots(col.train, col.eval, plots_dir, smooth=opts.smooth)
-
-    md: list[str] = [f"# Report: {opts.sweep_dir.resolve().name}", ""]
-    n_done = int(col.runs["done"].sum()) if not col.runs.empty else 0
-    n_eval = int(col.runs["has_eval"].sum()) if not col.runs.empty else 0
-    md += [
-        f"Sweep directory `{opts.sweep_dir}`: {len(col.runs)} run(s) collected, "
-        f"{n_done} complete (DONE), {n_eval} with evaluations. Accuracies are Mean@n "
-        "(average accuracy over all n samples of every problem) in percent with two "
-        "decimals; the CSV files hold fractions.",
+    plot_files = write_plots(col.train, col.eval, out / "plots", smooth=opts.smooth)
+    crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
+    md = [
+        f"# Report: {opts.sweep_dir.resolve().name}",
         "",
-        "## Runs",
+        *first_paragraph(crosscheck_head, verdict_section(tables, initial, opts.verdict_scorer)),
+        *runs_section(col, opts.sweep_dir, tables_dir, out),
+        *results_section(tables, table_files, initial, out),
+        "## Paper vs ours",
         "",
+        *_paper_section(col, opts, tables_dir, out),
+        *crosscheck_section,
+        *curves_section(plot_files, out),
+        *audit_section(opts.audit_dir, out),
+        *figures_section(opts.figures_dir, out),
     ]
-    if col.runs.empty:
-        md += ["No readable runs were found.", ""]
-    else:
-        extra = [
-            metric_meta(m).display + f" ({metric_meta(m).aggregation})"
-            for m in RUN_SUMMARY_METRICS
-            if m in col.train.columns
-        ]
-        md.append(
-            _md_table(
-                ["Run", "Label", "Seed", "Last step", "Done", "Evaluated steps", *extra],
-                run_summary(col),
-            )
-        )
-        lacking = col.runs[~col.runs["has_eval"]]["run_id"].tolist()
-        md += [
-            "Runs without evaluations: "
-            + (", ".join(f"`{r}`" for r in lacking) if lacking else "none")
-            + ".",
-            "",
-            f"Tidy data: [runs]({_rel(tables_dir / 'runs.csv', out)}), "
-            f"[training metrics]({_rel(tables_dir / 'train_metrics.csv', out)}), "
-            f"[evaluation metrics]({_rel(tables_dir / 'eval_metrics.csv', out)}).",
-            "",
-        ]
-    if col.warnings:
-        md += ["Collection warnings (these files were skipped or truncated):", ""]
-        md += [f"- {w}" for w in col.warnings] + [""]
-
-    md += ["## Results: Last and Best", ""]
-    if not table_files:
-        md += ["No evaluation summaries yet; no tables.", ""]
-    for scorer, paths in table_files.items():
-        md += [
-            f"### Scorer `{scorer}`",
-            "",
-            render_markdown(last_best_table(col.eval, scorer)),
-            *initial_rows(initial, scorer),
-            "Files: "
-            + ", ".join(f"[{ext.upper()}]({_rel(p, out)})" for ext, p in paths.items())
-            + ".",
-            "",
-        ]
-
-    md += ["## Paper vs ours", ""]
-    md += _paper_section(col, opts, tables_dir, out)
-
-    md += ["## Curves", ""]
-    if not plot_files:
-        md += ["No data to plot yet.", ""]
-    for name, (png, pdf) in plot_files.items():
-        md += [f"![{name}]({_rel(png, out)})", "", f"[PDF]({_rel(pdf, out)})", ""]
-
-    if opts.audit_dir is not None:
-        title = "Exact-gradient audit"
-        md += [f"## {title}", ""]
-        audit = opts.audit_dir / "audit.md"
-        if audit.is_file():
-            md.append(embed_markdown(drop_title(audit.read_text(), title), opts.audit_dir, out))
-        else:
-            md += [f"`{audit}` not found; run `python -m algorithms.audit` first.", ""]
-
-    if opts.figures_dir is not None:
-        md += ["## Figures 2 and 3 (paper reproduction)", ""]
-        pngs = sorted(opts.figures_dir.glob("*.png"))
-        pdfs = sorted(opts.figures_dir.glob("*.pdf"))
-        if not pngs and not pdfs:
-            md += [f"No figures found in `{opts.figures_dir}`.", ""]
-        for p in pngs:
-            md += [f"![{p.stem}]({_rel(p, out)})", ""]
-        if pdfs:
-            md += ["PDF: " + ", ".join(f"[{p.stem}]({_rel(p, out)})" for p in pdfs) + ".", ""]
-
     report = out / "report.md"
     # atomic: report.md is the workflow's completion signal
     write_atomic(report, "\n".join(md).rstrip() + "\n")

@@ -1,19 +1,23 @@
-"""Last/Best result tables (the paper's Table 3 layout) and the paper-vs-ours comparison.
+"""Last/Best result tables (the paper's Table 3 layout) with seed intervals and Δ vs DAPO.
 
 Rows are methods (the run `label`), columns are benchmark x {Last, Best}:
   Last = the metric (Mean@n by default) at a run's final evaluated step,
   Best = its best value over the run's evaluated steps (max, or min for a metric whose
          metadata says lower is better),
-each computed per seed, then averaged over seeds with a standard error (sample std / sqrt(k)),
-shown "mean ± se" when a cell has more than one seed. Accuracies are shown in percent with two
-decimals (0.59375 -> 59.38), as in the paper; the CSV keeps tidy fractions.
+each computed per seed, then summarised over seeds (`analysis.stats.seed_interval`): the
+cell reads "mean ± se [low, high]", the standard error and the 95% t interval over seeds;
+with one seed both are "n/a". Next to each, "Δ vs DAPO" (`analysis.delta`) is the paired
+difference to the baseline method over (problem, seed) pairs with its 95% bootstrap interval
+(kept with one seed: then the pairs are the problems). Accuracies are shown in percent with
+two decimals (0.59375 -> 59.38), as in the paper; Δ in percentage points; the CSV keeps
+fractions.
 
-Per column the best displayed value is bold and the second best underlined (dense ranking on
-the rounded, displayed numbers: everything tied at the top is bold, everything tied at the next
-distinct value is underlined; a column with fewer than two numbers gets no marks).
+Per column the best displayed mean is bold and the second best underlined (dense ranking on
+the rounded, displayed numbers: everything tied at the top is bold, everything tied at the
+next distinct value is underlined; a column with fewer than two numbers gets no marks).
 
-Run: part of `python -m analysis report ...`; `write_last_best_tables(eval_df, out_dir)` and
-`write_paper_vs_ours(...)` are the library entry points.
+Run: part of `python -m analysis report ...`; `write_last_best_tables(eval_df, out_dir, ...)`
+is the library entry point.
 """
 
 from __future__ import annotations
@@ -25,20 +29,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.collect import MetricMeta, metric_meta
+from analysis.delta import DELTA_COLUMNS, DeltaOptions, deltas_vs_baseline
+from analysis.metrics import MetricMeta, metric_meta
+from analysis.stats import seed_interval
+from eval.benchmarks import BENCHMARKS
 
-BENCHMARK_ORDER = ("aime24", "aime25", "amc23", "minerva_math", "olympiadbench", "toy")
-BENCHMARK_DISPLAY = {
-    "aime24": "AIME24",
-    "aime25": "AIME25",
-    "amc23": "AMC23",
-    "minerva_math": "Minerva Math",
-    "olympiadbench": "OlympiadBench",
-    "toy": "Toy",
-}
 STATS = ("last", "best")
-PAPER_SETTING_KEYS = ("table", "model", "context")
-REFERENCE_COLUMNS = ("table", "model", "context", "method", "benchmark", "last", "best")
 
 
 # ---------------------------------------------------------------------------------------
@@ -47,9 +43,15 @@ REFERENCE_COLUMNS = ("table", "model", "context", "method", "benchmark", "last",
 
 
 def benchmark_order(benchmarks) -> list[str]:
-    """Paper benchmarks first in the paper's order, then the rest alphabetically."""
+    """Registered benchmarks in the evaluation registry's order, then any others
+    alphabetically (an older sweep may hold names the registry no longer has)."""
     names = set(benchmarks)
-    return [b for b in BENCHMARK_ORDER if b in names] + sorted(names - set(BENCHMARK_ORDER))
+    return [b for b in BENCHMARKS if b in names] + sorted(names - set(BENCHMARKS))
+
+
+def benchmark_display(name: str) -> str:
+    """A column heading: "AIME24" for an acronym with a year ("aime24"), else "Toy"."""
+    return name.upper() if name[-1:].isdigit() else name.replace("_", " ").title()
 
 
 def label_order(labels) -> list[str]:
@@ -99,23 +101,13 @@ def per_run_last_best(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") 
     return pd.DataFrame(rows)
 
 
-def _se(values: np.ndarray) -> float:
-    """Standard error of the mean over seeds (sample std, ddof=1); NaN for one seed."""
-    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
-
-
-def last_best_table(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") -> pd.DataFrame:
-    """Tidy Last/Best numbers: one row per (label, benchmark, stat) with columns scorer,
-    metric, label, benchmark, stat ("last"|"best"), mean, se, n_seeds, seeds, last_step_min,
-    last_step_max, n (samples per problem; "" when mixed). Values are fractions."""
-    runs = per_run_last_best(eval_df, scorer, metric)
-    if runs.empty:
-        raise ValueError(f"scorer {scorer!r}: every {metric!r} value is missing (NaN)")
+def _seed_rows(runs: pd.DataFrame, scorer: str, metric: str) -> list[dict]:
+    """One dict per (label, benchmark, stat): the seed summary of the per-run values."""
     rows = []
     for (label, bench), g in runs.groupby(["label", "benchmark"], sort=False):
         ns = sorted({int(x) for x in g["n"].dropna()}) if "n" in g else []
         for stat in STATS:
-            vals = g[stat].to_numpy(dtype=float)
+            s = seed_interval(g[stat].to_numpy(dtype=float))
             rows.append(
                 {
                     "scorer": scorer,
@@ -123,16 +115,48 @@ def last_best_table(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") ->
                     "label": label,
                     "benchmark": bench,
                     "stat": stat,
-                    "mean": float(np.mean(vals)),
-                    "se": _se(vals),
-                    "n_seeds": len(vals),
-                    "seeds": " ".join(str(s) for s in sorted(g["seed"])),
+                    "mean": s.mean,
+                    "se": s.se,
+                    "ci95_low": s.low,
+                    "ci95_high": s.high,
+                    "n_seeds": s.k,
+                    "seeds": " ".join(str(x) for x in sorted(g["seed"])),
                     "last_step_min": int(g["last_step"].min()),
                     "last_step_max": int(g["last_step"].max()),
                     "n": ns[0] if len(ns) == 1 else "",
                 }
             )
-    tidy = pd.DataFrame(rows)
+    return rows
+
+
+def last_best_table(
+    eval_df: pd.DataFrame,
+    scorer: str,
+    metric: str = "mean",
+    *,
+    run_dirs: dict[str, Path] | None = None,
+    delta: DeltaOptions | None = None,
+) -> pd.DataFrame:
+    """Tidy Last/Best numbers: one row per (label, benchmark, stat) with columns scorer,
+    metric, label, benchmark, stat ("last"|"best"), mean, se, ci95_low, ci95_high, n_seeds,
+    seeds, last_step_min, last_step_max, n (samples per problem; "" when mixed), baseline,
+    delta, delta_low, delta_high, delta_pairs. Values are fractions.
+
+    The Δ columns need the runs' folders (`run_dirs`: run_id -> path, for the per-sample
+    records) and the Mean@n metric; otherwise, and for the baseline's own rows, they are NaN.
+    """
+    runs = per_run_last_best(eval_df, scorer, metric)
+    if runs.empty:
+        raise ValueError(f"scorer {scorer!r}: every {metric!r} value is missing (NaN)")
+    tidy = pd.DataFrame(_seed_rows(runs, scorer, metric))
+    delta = delta or DeltaOptions()
+    tidy["baseline"] = delta.baseline
+    if run_dirs is not None and metric == "mean":
+        deltas = deltas_vs_baseline(runs, run_dirs, scorer, delta, STATS)
+        tidy = tidy.merge(deltas, on=["label", "benchmark", "stat"], how="left")
+    for col in DELTA_COLUMNS:  # numeric even when no Δ was computed (an empty merge)
+        tidy[col] = pd.to_numeric(tidy[col]) if col in tidy else math.nan
+    tidy["delta_pairs"] = tidy["delta_pairs"].fillna(0).astype(int)
     ranks = {
         "label": {lab: i for i, lab in enumerate(label_order(tidy["label"]))},
         "benchmark": {b: i for i, b in enumerate(benchmark_order(tidy["benchmark"]))},
@@ -163,72 +187,146 @@ def rank_marks(values: list[float], meta: MetricMeta) -> list[str]:
     ]
 
 
-def _cell(mean: float, se: float, n_seeds: int, meta: MetricMeta, pm: str) -> str:
+def format_cell(mean: float, se: float, n_seeds: int, meta: MetricMeta, pm: str, *,
+                interval: tuple[float, float] | None = None, show_na: bool = False) -> str:
+    """"59.38 ± 1.20" (and " [55.1, 63.6]" with `interval`) from fractions; one seed shows
+    just the mean, or "59.38 ± n/a" with `show_na`; a missing mean is "–"."""
     if mean is None or math.isnan(mean):
         return "–"
     text = meta.format(mean)
     if n_seeds > 1 and not math.isnan(se):
         text += f" {pm} {meta.format(se)}"
+        if interval is not None:
+            text += f" [{meta.format(interval[0])}, {meta.format(interval[1])}]"
+    elif show_na:
+        text += f" {pm} n/a"
     return text
+
+
+def signed(value: float, meta: MetricMeta) -> str:
+    """A difference with its sign: "+1.04", "-7.50", "0.00" (no sign when it shows as
+    zero, so a -0.0 from a quantile never prints as "-0.00"); "–" for NaN."""
+    text = meta.format(value)
+    if text == "–" or float(text) == 0:
+        return text.lstrip("-")
+    return text if text.startswith("-") else "+" + text
+
+
+def format_delta(delta: float, low: float, high: float, meta: MetricMeta) -> str:
+    """"+4.17 [+1.04, +7.29]" (percentage points for a percent metric); "n/a" for NaN."""
+    if delta is None or math.isnan(delta):
+        return "n/a"
+    return f"{signed(delta, meta)} [{signed(low, meta)}, {signed(high, meta)}]"
 
 
 @dataclass
 class WideTable:
-    """A tidy Last/Best table pivoted for display: `cells[label][(bench, stat)]` holds
-    (mean, se, n_seeds); `labels` and `columns` give the order."""
+    """A tidy Last/Best table pivoted for display.
+
+    `rows[label][(bench, stat)]` is that tidy row; `columns` lists (bench, stat, kind) in
+    display order, kind "value" (mean ± se [interval]) or "delta" (Δ vs the baseline, only
+    when some Δ was computed)."""
 
     labels: list[str]
-    columns: list[tuple[str, str]]
-    cells: dict[str, dict[tuple[str, str], tuple[float, float, int]]]
+    columns: list[tuple[str, str, str]]
+    rows: dict[str, dict[tuple[str, str], object]]
     meta: MetricMeta
+    baseline: str
 
     @classmethod
     def from_tidy(cls, tidy: pd.DataFrame) -> WideTable:
         meta = metric_meta(str(tidy["metric"].iloc[0]))
         labels = label_order(tidy["label"])
-        columns = [(b, s) for b in benchmark_order(tidy["benchmark"]) for s in STATS]
-        cells: dict = {lab: {} for lab in labels}
+        kinds = ("value", "delta") if tidy["delta"].notna().any() else ("value",)
+        columns = [(b, s, k) for b in benchmark_order(tidy["benchmark"]) for s in STATS
+                   for k in kinds]
+        rows: dict = {lab: {} for lab in labels}
         for r in tidy.itertuples():
-            cells[r.label][(r.benchmark, r.stat)] = (r.mean, r.se, r.n_seeds)
-        return cls(labels, columns, cells, meta)
+            rows[r.label][(r.benchmark, r.stat)] = r
+        return cls(labels, columns, rows, meta, str(tidy["baseline"].iloc[0]))
 
-    def marks(self) -> dict[tuple[str, tuple[str, str]], str]:
+    @property
+    def has_delta(self) -> bool:
+        return any(kind == "delta" for _, _, kind in self.columns)
+
+    def heading(self, col: tuple[str, str, str]) -> str:
+        bench, stat, kind = col
+        name = f"{benchmark_display(bench)} {stat.title()}"
+        return name if kind == "value" else f"Δ {name}"
+
+    def marks(self) -> dict[tuple[str, tuple[str, str, str]], str]:
+        """best/second marks of the value columns (none on Δ columns)."""
         out = {}
         for col in self.columns:
-            vals = [self.cells[lab].get(col, (math.nan,))[0] for lab in self.labels]
-            for lab, mark in zip(self.labels, rank_marks(vals, self.meta)):
-                out[(lab, col)] = mark
+            cells = [self.rows[lab].get(col[:2]) for lab in self.labels]
+            means = [math.nan if r is None else r.mean for r in cells]
+            marks = rank_marks(means, self.meta) if col[2] == "value" else [""] * len(means)
+            out.update({(lab, col): mark for lab, mark in zip(self.labels, marks)})
         return out
 
-    def text(self, label: str, col: tuple[str, str], pm: str) -> str:
-        mean, se, k = self.cells[label].get(col, (math.nan, math.nan, 0))
-        return _cell(mean, se, k, self.meta, pm)
+    def text(self, label: str, col: tuple[str, str, str], pm: str) -> str:
+        r = self.rows[label].get(col[:2])
+        if r is None:
+            return "–"
+        if col[2] == "value":
+            return format_cell(r.mean, r.se, r.n_seeds, self.meta, pm,
+                               interval=(r.ci95_low, r.ci95_high), show_na=True)
+        if label == self.baseline:
+            return "baseline"
+        return format_delta(r.delta, r.delta_low, r.delta_high, self.meta)
+
+
+def metric_name(tidy: pd.DataFrame) -> str:
+    """The table's metric as displayed: "Mean@4" when every run sampled n = 4, else "Mean@n"
+    with the n values listed."""
+    meta = metric_meta(str(tidy["metric"].iloc[0]))
+    ns = sorted({int(x) for x in tidy["n"] if x != "" and not pd.isna(x)})
+    if len(ns) == 1:
+        return meta.display.replace("@n", f"@{ns[0]}")
+    if len(ns) > 1:
+        return f"{meta.display} (n differs across runs: {', '.join(map(str, ns))})"
+    return meta.display
 
 
 def caption(tidy: pd.DataFrame) -> str:
-    """Plain-text caption: scorer, metric, unit, n, seeds, Last/Best and mark conventions."""
+    """Plain-text caption: scorer, metric, unit, n, seeds, Last/Best, intervals, Δ, marks."""
     meta = metric_meta(str(tidy["metric"].iloc[0]))
     scorer = tidy["scorer"].iloc[0]
-    ns = sorted({int(x) for x in tidy["n"] if x != "" and not pd.isna(x)})
-    name = meta.display.replace("@n", f"@{ns[0]}") if len(ns) == 1 else meta.display
-    if len(ns) > 1:
-        name += f" (n differs across runs: {', '.join(map(str, ns))})"
+    name = metric_name(tidy)
     unit = "in percent, two decimals" if meta.fmt == "percent" else f"({meta.fmt})"
     seeds = sorted(set(tidy["n_seeds"]))
     seeds_txt = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
     lo, hi = int(tidy["last_step_min"].min()), int(tidy["last_step_max"].max())
     steps = f"final evaluated step {lo}" if lo == hi else f"final evaluated steps {lo}-{hi}"
-    return (
+    text = (
         f"Scorer {scorer}: {name} {unit}. Last = value at the run's final evaluated step "
         f"({steps}); Best = best over evaluated steps; both per seed, then mean ± standard "
-        f"error over seeds ({seeds_txt} seed(s) per method). Bold: best per column; "
-        "underlined: second best; ties share the mark."
+        f"error [95% t interval] over seeds ({seeds_txt} seed(s) per method; n/a: one seed, "
+        "no spread to estimate). Bold: best per column; underlined: second best; ties share "
+        "the mark."
     )
+    return text + " " + _delta_caption(tidy)
 
 
-def _md_escape(text: str) -> str:
+def _delta_caption(tidy: pd.DataFrame) -> str:
+    baseline = str(tidy["baseline"].iloc[0])
+    if tidy["delta"].notna().any():
+        pairs = tidy.loc[tidy["delta_pairs"] > 0, "delta_pairs"]
+        count = f"{pairs.min()}" if pairs.min() == pairs.max() else f"{pairs.min()}-{pairs.max()}"
+        return (
+            f"Δ = method - {baseline} on the same problems and seeds (percentage points), "
+            f"[95% paired bootstrap interval over {count} (problem, seed) "
+            "pairs]; an interval that excludes 0 separates the method from "
+            f"{baseline} at 95%."
+        )
+    if baseline not in set(tidy["label"]):
+        return f"No Δ column: the baseline {baseline} is not in this sweep."
+    return f"No Δ column: no per-problem records to pair with {baseline}."
+
+
+def md_escape(text: str) -> str:
+    """A label safe inside a Markdown pipe-table cell."""
     return text.replace("|", "\\|")
-
 
 
 def _marked_cells(wide, marks, lab, pm: str, *, best: str, second: str) -> list[str]:
@@ -237,11 +335,12 @@ def _marked_cells(wide, marks, lab, pm: str, *, best: str, second: str) -> list[
     return [formats.get(marks[(lab, col)], "{}").format(wide.text(lab, col, pm))
             for col in wide.columns]
 
+
 def render_markdown(tidy: pd.DataFrame) -> str:
     """A pipe table (bold `**x**`, underline `<ins>x</ins>`) preceded by its caption."""
     wide = WideTable.from_tidy(tidy)
     marks = wide.marks()
-    header = ["Method"] + [f"{BENCHMARK_DISPLAY.get(b, b)} {s.title()}" for b, s in wide.columns]
+    header = ["Method"] + [wide.heading(col) for col in wide.columns]
     lines = [
         f"*{caption(tidy)}*",
         "",
@@ -250,7 +349,7 @@ def render_markdown(tidy: pd.DataFrame) -> str:
     ]
     for lab in wide.labels:
         cells = _marked_cells(wide, marks, lab, "±", best="**{}**", second="<ins>{}</ins>")
-        lines.append("| " + " | ".join([_md_escape(lab), *cells]) + " |")
+        lines.append("| " + " | ".join([md_escape(lab), *cells]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -281,21 +380,27 @@ def render_latex(tidy: pd.DataFrame, label: str) -> str:
     wide = WideTable.from_tidy(tidy)
     marks = wide.marks()
     benches = benchmark_order(tidy["benchmark"])
+    span = len(wide.columns) // len(benches)
     lines = [
         "% generated by python -m analysis report; requires \\usepackage{booktabs}",
         "\\begin{table}[t]",
         "\\centering",
         f"\\caption{{{tex_escape(caption(tidy))}}}",
         f"\\label{{tab:{label}}}",
-        "\\begin{tabular}{l" + "cc" * len(benches) + "}",
+        "\\begin{tabular}{l" + "c" * len(wide.columns) + "}",
         "\\toprule",
         "Method & "
         + " & ".join(
-            f"\\multicolumn{{2}}{{c}}{{{tex_escape(BENCHMARK_DISPLAY.get(b, b))}}}" for b in benches
+            f"\\multicolumn{{{span}}}{{c}}{{{tex_escape(benchmark_display(b))}}}" for b in benches
         )
         + " \\\\",
-        " ".join(f"\\cmidrule(lr){{{2 + 2 * i}-{3 + 2 * i}}}" for i in range(len(benches))),
-        " & " + " & ".join(s.title() for _, s in wide.columns) + " \\\\",
+        " ".join(
+            f"\\cmidrule(lr){{{2 + span * i}-{1 + span * (i + 1)}}}" for i in range(len(benches))
+        ),
+        " & "
+        + " & ".join(tex_escape(wide.heading(c).replace(benchmark_display(c[0]) + " ", ""))
+                     for c in wide.columns)
+        + " \\\\",
         "\\midrule",
     ]
     for lab in wide.labels:
@@ -306,20 +411,34 @@ def render_latex(tidy: pd.DataFrame, label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_last_best_tables(
-    eval_df: pd.DataFrame, out_dir: str | Path, metric: str = "mean"
-) -> dict[str, dict[str, Path]]:
-    """Write tables/last_best_<scorer>.{csv,md,tex} for every scorer in `eval_df`.
+def last_best_tables(
+    eval_df: pd.DataFrame,
+    metric: str = "mean",
+    *,
+    run_dirs: dict[str, Path] | None = None,
+    delta: DeltaOptions | None = None,
+) -> dict[str, pd.DataFrame]:
+    """`last_best_table` of every scorer in `eval_df`, {scorer: tidy}; {} without evals."""
+    if eval_df.empty:
+        return {}
+    return {
+        scorer: last_best_table(eval_df, scorer, metric, run_dirs=run_dirs, delta=delta)
+        for scorer in sorted(eval_df["scorer"].unique())
+    }
 
-    Returns {scorer: {"csv"|"md"|"tex": path}}; an empty eval_df writes nothing.
+
+def write_last_best_tables(
+    tables: dict[str, pd.DataFrame], out_dir: str | Path
+) -> dict[str, dict[str, Path]]:
+    """Write tables/last_best_<scorer>[_<metric>].{csv,md,tex} for every tidy table.
+
+    Returns {scorer: {"csv"|"md"|"tex": path}}.
     """
     out_dir = Path(out_dir)
     written: dict[str, dict[str, Path]] = {}
-    if eval_df.empty:
-        return written
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for scorer in sorted(eval_df["scorer"].unique()):
-        tidy = last_best_table(eval_df, scorer, metric)
+    for scorer, tidy in tables.items():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        metric = str(tidy["metric"].iloc[0])
         stem = f"last_best_{scorer}" if metric == "mean" else f"last_best_{scorer}_{metric}"
         paths = {ext: out_dir / f"{stem}.{ext}" for ext in ("csv", "md", "tex")}
         tidy.to_csv(paths["csv"], index=False)
@@ -327,197 +446,3 @@ def write_last_best_tables(
         paths["tex"].write_text(render_latex(tidy, stem.replace("_", "-")))
         written[scorer] = paths
     return written
-
-
-# ---------------------------------------------------------------------------------------
-# Paper vs ours
-# ---------------------------------------------------------------------------------------
-
-
-def parse_paper_setting(spec: str | dict | None) -> dict[str, str] | None:
-    """Parse `model=Qwen3-4B,context=8k[,table=3]` (or a dict) to {key: value}; None -> None.
-
-    Keys: table, model, context. Unknown keys and malformed items raise ValueError.
-    """
-    if spec is None or spec == "":
-        return None
-    if isinstance(spec, dict):
-        items = {str(k): str(v) for k, v in spec.items()}
-    else:
-        items = {}
-        for part in str(spec).split(","):
-            key, sep, value = part.partition("=")
-            if not sep or not key.strip() or not value.strip():
-                raise ValueError(
-                    f"--paper-setting item {part!r} is not key=value; "
-                    "example: model=Qwen3-4B,context=8k"
-                )
-            items[key.strip()] = value.strip()
-    unknown = sorted(set(items) - set(PAPER_SETTING_KEYS))
-    if unknown:
-        raise ValueError(
-            f"--paper-setting key(s) {unknown} unknown; allowed: {list(PAPER_SETTING_KEYS)}"
-        )
-    if not items:
-        raise ValueError("--paper-setting is empty; example: model=Qwen3-4B,context=8k")
-    return items
-
-
-def load_reference(path: str | Path) -> pd.DataFrame:
-    """The paper's numbers (columns table, model, context, method, benchmark, last, best)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"paper reference file {path} does not exist")
-    ref = pd.read_csv(path, dtype=str)
-    missing = [c for c in REFERENCE_COLUMNS if c not in ref.columns]
-    if missing:
-        raise ValueError(f"{path} lacks column(s) {missing}; expected {list(REFERENCE_COLUMNS)}")
-    for col in ("last", "best"):
-        ref[col] = ref[col].astype(float)
-    return ref
-
-
-def available_settings(ref: pd.DataFrame) -> list[str]:
-    """Every (table, model, context) in the reference, as --paper-setting strings."""
-    keys = ref[list(PAPER_SETTING_KEYS)].drop_duplicates()
-    return [f"table={r.table},model={r.model},context={r.context}" for r in keys.itertuples()]
-
-
-def select_paper_rows(ref: pd.DataFrame, setting: dict[str, str]) -> pd.DataFrame:
-    """Reference rows of one setting; empty when nothing matches. A setting that matches
-    several paper tables with the same method+benchmark raises ValueError (add table=)."""
-    mask = np.ones(len(ref), dtype=bool)
-    for key, value in setting.items():
-        mask &= (ref[key] == value).to_numpy()
-    rows = ref[mask]
-    clash = rows.duplicated(["method", "benchmark"], keep=False)
-    if clash.any():
-        tables = sorted(rows.loc[clash, "table"].unique())
-        raise ValueError(
-            f"--paper-setting {setting} matches paper tables {tables} that report the same "
-            f"method and benchmark; narrow it with context= or table= (one of {tables})"
-        )
-    return rows
-
-
-@dataclass
-class PaperComparison:
-    """The joined table (None when nothing could be joined) and notes for the report."""
-
-    table: pd.DataFrame | None
-    notes: list[str]
-
-
-def paper_vs_ours(
-    eval_df: pd.DataFrame,
-    runs: pd.DataFrame,
-    ref: pd.DataFrame,
-    setting: dict[str, str],
-    scorer: str = "dapo",
-) -> PaperComparison:
-    """Join our Last/Best (scorer `scorer`, the paper's) with the paper's on method+benchmark.
-
-    Our method is the runs' `tag_method`; each label must map to one method. Output columns:
-    label, method, benchmark, paper_last, ours_last, ours_last_se, diff_last, paper_best,
-    ours_best, ours_best_se, diff_best, n_seeds (fractions; diff = ours - paper).
-    """
-    desc = ", ".join(f"{k}={v}" for k, v in setting.items())
-    paper = select_paper_rows(ref, setting)
-    if paper.empty:
-        return PaperComparison(
-            None,
-            [
-                f"No paper results match the setting `{desc}`; available settings: "
-                + "; ".join(f"`{s}`" for s in available_settings(ref))
-                + "."
-            ],
-        )
-    if eval_df.empty or scorer not in set(eval_df["scorer"]):
-        return PaperComparison(None, [f"No evaluations with the `{scorer}` scorer (the paper's)."])
-    if "tag_method" not in runs.columns:
-        return PaperComparison(None, ["Runs carry no `method` tag; cannot join with the paper."])
-    methods = runs.groupby("label")["tag_method"].unique()
-    multi = {lab: list(m) for lab, m in methods.items() if len(m) > 1}
-    if multi:
-        raise ValueError(f"labels map to several methods: {multi}; a label must name one cell")
-    ours = last_best_table(eval_df, scorer)
-    ours["method"] = ours["label"].map(lambda lab: methods[lab][0])
-    keys = ["label", "method", "benchmark"]
-    last = ours[ours["stat"] == "last"][[*keys, "mean", "se", "n_seeds"]]
-    best = ours[ours["stat"] == "best"][[*keys, "mean", "se"]]
-    wide = last.merge(best, on=keys, suffixes=("_last", "_best"))
-    joined = wide.merge(paper[["method", "benchmark", "last", "best"]], on=["method", "benchmark"])
-    notes = []
-    not_run = sorted(set(paper["method"]) - set(ours["method"]))
-    if not_run:
-        notes.append("Paper methods not in this sweep: " + ", ".join(not_run) + ".")
-    not_in_paper = sorted(set(ours["label"]) - set(joined["label"]))
-    if not_in_paper:
-        notes.append("Our methods without a paper number here: " + ", ".join(not_in_paper) + ".")
-    if joined.empty:
-        notes.append("No (method, benchmark) pair of this sweep appears in the paper setting.")
-        return PaperComparison(None, notes)
-    table = pd.DataFrame(
-        {
-            "label": joined["label"],
-            "method": joined["method"],
-            "benchmark": joined["benchmark"],
-            "paper_last": joined["last"],
-            "ours_last": joined["mean_last"],
-            "ours_last_se": joined["se_last"],
-            "diff_last": joined["mean_last"] - joined["last"],
-            "paper_best": joined["best"],
-            "ours_best": joined["mean_best"],
-            "ours_best_se": joined["se_best"],
-            "diff_best": joined["mean_best"] - joined["best"],
-            "n_seeds": joined["n_seeds"].astype(int),
-        }
-    )
-    order = {lab: i for i, lab in enumerate(label_order(table["label"]))}
-    border = {b: i for i, b in enumerate(benchmark_order(table["benchmark"]))}
-    table = table.sort_values(
-        ["label", "benchmark"], key=lambda s: s.map(order if s.name == "label" else border)
-    ).reset_index(drop=True)
-    return PaperComparison(table, notes)
-
-
-def _signed(value: float, meta: MetricMeta) -> str:
-    text = meta.format(value)
-    return text if text.startswith("-") or text == "–" else "+" + text
-
-
-def render_paper_vs_ours_markdown(table: pd.DataFrame, setting: dict[str, str]) -> str:
-    """Rows (method, benchmark); columns paper/ours/difference for Last and Best, percent."""
-    meta = metric_meta("mean")
-    desc = ", ".join(f"{k}={v}" for k, v in setting.items())
-    lines = [
-        f"*Paper ({desc}) vs ours, dapo scorer, Mean@n in percent (two decimals); "
-        "Δ = ours − paper in percentage points; ours is mean ± s.e. over seeds when >1 seed.*",
-        "",
-        "| Method | Benchmark | Paper Last | Ours Last | Δ Last | Paper Best | Ours Best "
-        "| Δ Best |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in table.itertuples():
-        ours_last = _cell(r.ours_last, r.ours_last_se, r.n_seeds, meta, "±")
-        ours_best = _cell(r.ours_best, r.ours_best_se, r.n_seeds, meta, "±")
-        lines.append(
-            f"| {_md_escape(r.label)} | {BENCHMARK_DISPLAY.get(r.benchmark, r.benchmark)} | "
-            f"{meta.format(r.paper_last)} | {ours_last} | {_signed(r.diff_last, meta)} | "
-            f"{meta.format(r.paper_best)} | {ours_best} | {_signed(r.diff_best, meta)} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def write_paper_vs_ours(
-    comparison: PaperComparison, setting: dict[str, str], out_dir: str | Path
-) -> dict[str, Path]:
-    """Write tables/paper_vs_ours.{csv,md} when the comparison has a table."""
-    if comparison.table is None:
-        return {}
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out_dir / "paper_vs_ours.csv", "md": out_dir / "paper_vs_ours.md"}
-    comparison.table.to_csv(paths["csv"], index=False)
-    paths["md"].write_text(render_paper_vs_ours_markdown(comparison.table, setting))
-    return paths

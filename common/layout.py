@@ -99,6 +99,10 @@ class RunDir(_Dir):
     def state_file(self) -> Path:
         return self.state_dir / STATE_FILE
 
+    def state_tensors(self, step: int) -> Path:
+        """The sharded weights and optimizer states (DCP) that `state_file` points at."""
+        return self.state_dir / f"tensors_{step_name(step)}"
+
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"

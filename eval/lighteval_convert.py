@@ -1,7 +1,17 @@
-"""Convert a lighteval results JSON into our evaluation summary schema (cross-check).
+"""The cross-check stage's two ends in the project's environment: export a benchmark for
+lighteval, and convert lighteval's results JSON into our evaluation summary schema.
 
-    python -m eval convert-lighteval OUT/results/<model>/results_<time>.json \\
-        --out summary.json [--benchmark aime24] [--step 40]
+    python -m eval.lighteval_convert export --benchmark toy [--benchmark-file F] \\
+        [--limit N] --template dapo --out DIR/toy.jsonl
+    python -m eval.lighteval_convert convert RESULTS.json --out summary.json \\
+        [--benchmark toy] [--step 100] [--benchmark-file DIR/toy.jsonl] [--template dapo]
+    python -m eval convert-lighteval RESULTS.json --out summary.json   # the same convert
+    python -m eval.lighteval_convert build-env --requirements workflow/envs/lighteval-hf.txt \\
+        --out results/envs/lighteval-hf
+
+`export` writes the problems `python -m eval` loads (same file or generator, same limit)
+with the user message already rendered by our template, so lighteval (eval/lighteval/run.py,
+in its own environment) sees the same problems and prompts.
 
 lighteval scores with its own copy of math-verify, so its numbers land under the scorer
 name ``lighteval_math_verify``; compare them with our ``math_verify`` numbers on the same
@@ -15,11 +25,17 @@ verbatim under ``lighteval_other``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import subprocess
+import sys
+import venv
 from pathlib import Path
 
 from common.files import write_atomic
+from eval.benchmarks import load_benchmark
+from eval.prompts import render
 
 SCORER = "lighteval_math_verify"
 _MEAN = (re.compile(r"avg@n:n=(\d+)"), re.compile(r"(?:math_)?pass@1:(\d+)_samples"))
@@ -117,10 +133,49 @@ def convert(results: dict, benchmark: str | None = None, step: int | None = None
     }
 
 
+def build_env(requirements: str | Path, out: str | Path) -> float:
+    """Create lighteval's virtual environment at `out` from `requirements` (pip's output
+    goes to stdout); returns its size in GiB. Offline-ready: lighteval downloads
+    tinyBenchmarks.pkl when it loads its task registry unless the file exists, so an empty
+    one is put in place. Raises RuntimeError with one line naming the file when pip fails."""
+    requirements, out = Path(requirements), Path(out)
+    if not requirements.is_file():
+        raise FileNotFoundError(f"lighteval requirements {requirements} do not exist")
+    venv.create(out, with_pip=True, clear=True)
+    python = out / "bin" / "python"
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-r", str(requirements)],
+                         stderr=subprocess.STDOUT, check=False)  # into the job log
+    if pip.returncode != 0:
+        raise RuntimeError(f"lighteval is not installable from {requirements} into {out} (pip "
+                           f"exit {pip.returncode}; its output is in this job's log); fix the "
+                           "pins there or reach a package index")
+    subprocess.run([str(python), "-c", "import pathlib, lighteval; (pathlib.Path(lighteval."
+                    "__file__).parent / 'tasks/tasks/tinyBenchmarks.pkl').touch()"], check=True)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and not f.is_symlink())
+    return size / 2**30
+
+
+def export_benchmark(name: str, out: str | Path, template: str, path: str | None = None,
+                     limit: int | None = None) -> int:
+    """Write benchmark `name` (as `python -m eval` loads it) as JSONL rows {id, problem,
+    answer, query} to `out`, `query` being the user message under `template`; returns the
+    number of problems."""
+    bench = load_benchmark(name, path=path, limit=limit)
+    lines = [json.dumps({**p, "query": render(p["problem"], template)}, ensure_ascii=False)
+             for p in bench.problems]
+    write_atomic(Path(out), "\n".join(lines) + "\n")
+    return len(lines)
+
+
 def convert_file(
-    path: str | Path, out: str | Path, benchmark: str | None = None, step: int | None = None
+    path: str | Path, out: str | Path, benchmark: str | None = None, step: int | None = None,
+    benchmark_file: str | Path | None = None, template: str | None = None,
+    checkpoint: str | None = None,
 ) -> dict:
-    """Read lighteval's results JSON at `path`, write our summary to `out` atomically."""
+    """Read lighteval's results JSON at `path`, write our summary to `out` atomically.
+
+    With `benchmark_file` (the export lighteval read), the summary also records the number
+    of problems and their content hash (`source.sha256`, comparable with ours)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"lighteval results file {path} does not exist")
@@ -130,5 +185,55 @@ def convert_file(
         raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     summary = convert(results, benchmark=benchmark, step=step)
     summary["origin"]["results_file"] = str(path)
+    if benchmark_file is not None:
+        source = load_benchmark(summary["benchmark"], path=benchmark_file).source
+        summary["source"] = {**source, "kind": "local"}
+        summary["num_problems"] = sum(1 for line in Path(benchmark_file).open() if line.strip())
+    summary["sampling"]["template"] = template
+    if checkpoint is not None:  # lighteval saw a view of it (eval/lighteval/run.py)
+        summary["checkpoint"] = checkpoint
     write_atomic(Path(out), json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.lighteval_convert", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("export", help="a benchmark as lighteval's task reads it")
+    ex.add_argument("--benchmark", required=True)
+    ex.add_argument("--benchmark-file", default=None)
+    ex.add_argument("--limit", type=int, default=None)
+    ex.add_argument("--template", required=True)
+    ex.add_argument("--out", required=True)
+    cv = sub.add_parser("convert", help="lighteval results JSON -> our summary JSON")
+    cv.add_argument("results")
+    cv.add_argument("--out", required=True)
+    cv.add_argument("--benchmark", default=None)
+    cv.add_argument("--step", type=int, default=None)
+    cv.add_argument("--benchmark-file", default=None, help="the export lighteval read")
+    cv.add_argument("--template", default=None)
+    cv.add_argument("--checkpoint", default=None, help="record this checkpoint path")
+    env = sub.add_parser("build-env", help="lighteval's virtual environment from pinned pins")
+    env.add_argument("--requirements", required=True)
+    env.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "build-env":
+            size = build_env(args.requirements, args.out)
+            print(f"lighteval environment {args.out}: {size:.2f} GiB")
+        elif args.cmd == "export":
+            count = export_benchmark(args.benchmark, args.out, args.template,
+                                     args.benchmark_file, args.limit)
+            print(f"{args.benchmark}: {count} problems -> {args.out}")
+        else:
+            summary = convert_file(args.results, args.out, args.benchmark, args.step,
+                                   args.benchmark_file, args.template, args.checkpoint)
+            print(json.dumps(summary["scorers"], indent=2))
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

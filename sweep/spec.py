@@ -100,6 +100,11 @@ class EvalSpec(Strict):
     seed: int = _EVAL["seed"].default
     initial: bool = Field(True, description="also evaluate the initial model (step 0) once "
                           "per benchmark, when it is a local directory: the report's baseline")
+    crosscheck: list[Literal["lighteval"]] = Field(
+        default_factory=list, description="independent evaluators that re-score the "
+        "checkpoints (workflow/rules/crosscheck.smk); the report compares them with ours")
+    crosscheck_steps: Literal["last", "all"] | list[int] = Field(
+        "last", description="checkpoints to cross-check: the last eval step, all, or a list")
 
     @field_validator("steps")
     @classmethod
@@ -119,8 +124,22 @@ class EvalSpec(Strict):
                              "(eval/benchmarks.py)")
         return v
 
+    @property
+    def crosscheck_at(self) -> list[int]:
+        """The eval steps the cross-check evaluates (empty without eval.crosscheck)."""
+        if not self.crosscheck:
+            return []
+        if self.crosscheck_steps == "last":
+            return self.steps[-1:]
+        return self.steps if self.crosscheck_steps == "all" else sorted(set(self.crosscheck_steps))
+
     @model_validator(mode="after")
     def _keys_are_benchmarks(self) -> EvalSpec:
+        if isinstance(self.crosscheck_steps, list):
+            extra = sorted(set(self.crosscheck_steps) - set(self.steps))
+            if extra:
+                raise ValueError(f"eval.crosscheck_steps names {extra}, which eval.steps "
+                                 f"{self.steps} does not list; cross-check evaluated steps")
         for key in ("limit", "files"):
             extra = sorted(set(getattr(self, key)) - set(self.benchmarks))
             if extra:

@@ -3,9 +3,12 @@
 What it writes in the run directory (paths from `common.layout.RunDir`):
     checkpoint(N)            model (safetensors) + tokenizer + run config, written to
                              checkpoint_tmp(N) then renamed, so a visible step_<N> is complete
-    state_file               one resume state (weights, optimizer, RNG states,
-                             data position, reference, counters), temp file + os.replace;
-                             tensors and plain values only, loaded with weights_only=True
+    state_file               the resume state's small part (RNG states, data position,
+                             reference schedule, counters) and the name of its tensors
+                             folder; temp file + os.replace, the commit point; tensors and
+                             plain values only, loaded with weights_only=True
+    state_tensors(N)         the weights and optimizer states, sharded: each rank writes its
+                             own shards (torch.distributed.checkpoint), any world size loads
 
 Preemption: SIGTERM and SIGUSR1 (SLURM's warning signals) set a flag; the loop finishes
 the step in flight, saves the resume state and exits with PREEMPTED_EXIT_CODE (75,
@@ -103,6 +106,55 @@ def save_state(out_dir: Path, payload: dict) -> Path:
     torch.save({**payload, "rng": rng_state()}, tmp)
     os.replace(tmp, final)
     return final
+
+
+def save_sharded_state(out_dir: Path, payload: dict, tensors: dict, *, step: int,
+                       main: bool, barrier) -> Path:
+    """The resume state of a (possibly sharded) run: every rank writes its own shards of
+    `tensors` into `state/tensors_step_<N>/` (`trainer.sharded_state`), then rank 0 writes
+    `payload` with a pointer to them as `state/resume.pt`, the commit point: a crash
+    before it leaves the previous state whole. Older tensor folders are removed after.
+    `barrier()` waits for every rank (a no-op at world size 1)."""
+    from trainer import sharded_state
+
+    run = RunDir(out_dir)
+    folder = run.state_tensors(step)
+    if main:
+        shutil.rmtree(folder, ignore_errors=True)  # a half-written save of this step
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    barrier()
+    sharded_state.save(folder, tensors)
+    barrier()
+    if main:
+        save_state(out_dir, {**payload, "tensors": folder.name})
+        for old in run.state_dir.glob("tensors_*"):
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
+    barrier()
+    return folder
+
+
+def load_sharded_state(out_dir: Path, meta: dict, templates: dict) -> None:
+    """Fill `templates` (this world size's sharded state dicts) from the folder `meta`
+    (the loaded `resume.pt`) points at; any world size loads any other's save."""
+    from trainer import sharded_state
+
+    folder = RunDir(out_dir).state_dir / meta["tensors"]
+    try:
+        sharded_state.load(folder, templates)
+    except sharded_state.UnsafeMetadataError as exc:
+        raise UnsafeStateError(
+            f"{folder}: refused to load this resume state ({exc}; resume files are data, "
+            "and unpickling anything else could run code); if you did not expect this file, "
+            f"delete {folder.parent} and rerun to start the run over from step 0") from None
+
+
+def remove_state(out_dir: Path) -> None:
+    """Drop the resume state (pointer first, so a crash leaves no half state)."""
+    run = RunDir(out_dir)
+    run.state_file.unlink(missing_ok=True)
+    for folder in run.state_dir.glob("tensors_*"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def load_state(out_dir: Path) -> dict | None:

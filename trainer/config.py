@@ -149,6 +149,11 @@ class OptimConfig(_Section):
         None, ge=1, description="token budget per forward/backward: rows sorted by length are "
         "packed up to this many (padded) prompt+response tokens (null = micro_batch_size rows "
         "in order)")
+    padding_free: bool = Field(
+        False, description="concatenate a micro-batch's rows into one sequence (position ids "
+        "restart per row) instead of padding them: no pad token is computed. Fastest with "
+        "model.attn_implementation: flash_attention_2 (variable-length kernels); sdpa/eager "
+        "get a block-diagonal mask. The token budget then counts real tokens")
     max_nonfinite_in_row: int = Field(3, ge=1, description="stop after this many skipped updates")
 
 

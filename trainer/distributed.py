@@ -144,41 +144,45 @@ def any_rank(flag: bool, world: World) -> bool:
     return bool(all_max(torch.tensor([int(flag)]), world)) if world.distributed else flag
 
 
+def sharded_model_state(module: torch.nn.Module) -> dict:
+    """This rank's shards of the weights (DTensors under FSDP2, plain tensors otherwise),
+    keyed like `module.state_dict()`: what `trainer.sharded_state` saves, and the template
+    it loads into."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(module)
+
+
+def sharded_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """This rank's shards of the optimizer state, keyed by parameter names (initialised
+    first when the optimizer has not stepped yet, so it can serve as a load template)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(module, optimizer)
+
+
+def set_sharded_state(module: torch.nn.Module, model_state: dict,
+                      optimizer: torch.optim.Optimizer | None = None,
+                      optimizer_state: dict | None = None) -> None:
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    set_model_state_dict(module, model_state)
+    if optimizer is not None:
+        set_optimizer_state_dict(module, optimizer, optimizer_state)
+
+
+def barrier(world: World) -> None:
+    if world.distributed:
+        dist.barrier()
+
+
 def model_state(module: torch.nn.Module) -> dict:
     """The full (unsharded) weights on CPU, keyed like `module.state_dict()`; a collective
-    under FSDP2. The same format at every world size, so a state saved at world size 2
-    resumes at world size 1 and back."""
+    under FSDP2. For the HF checkpoint rank 0 writes (the resume state is saved sharded)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True,
                                                                  cpu_offload=True))
-
-
-def load_model_state(module: torch.nn.Module, state: dict) -> None:
-    """Load full weights (every rank passes the same dict) into a plain or sharded module."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True))
-
-
-def optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """The full optimizer state keyed by parameter names (world-size independent)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_optimizer_state_dict,
-    )
-
-    return get_optimizer_state_dict(module, optimizer, options=StateDictOptions(
-        full_state_dict=True, cpu_offload=True))
-
-
-def load_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                         state: dict) -> None:
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_optimizer_state_dict,
-    )
-
-    set_optimizer_state_dict(module, optimizer, state,
-                             options=StateDictOptions(full_state_dict=True))
-

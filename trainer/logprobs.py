@@ -67,15 +67,16 @@ class PackedBatch:
 
 def micro_batches(
     batch: PackedBatch, rows: torch.Tensor, max_rows: int, max_tokens: int | None = None,
+    padding_free: bool = False,
 ) -> list[torch.Tensor]:
     """Split `rows` (indices into `batch`) into micro-batches for forward/backward.
 
     max_tokens None: consecutive chunks of `max_rows` rows. Otherwise token budgets, as
     verl's dynamic batch size: rows sorted by length (longest first) are packed greedily
-    while rows x (longest prompt + longest response) of the micro-batch stays within
-    `max_tokens` (and rows within `max_rows`); a row longer than the budget goes alone.
-    Losses are re-weighted per micro-batch by the caller, so the gradient does not depend
-    on the grouping.
+    while the micro-batch's tokens stay within `max_tokens` (and rows within `max_rows`):
+    rows x (longest prompt + longest response) when padded, the sum of the rows' lengths
+    when `padding_free`. A row longer than the budget goes alone. Losses are re-weighted
+    per micro-batch by the caller, so the gradient does not depend on the grouping.
     """
     if max_tokens is None:
         return [rows[i : i + max_rows] for i in range(0, len(rows), max_rows)]
@@ -83,15 +84,17 @@ def micro_batches(
     t_len = batch.response_lengths[rows].clamp_min(1).tolist()
     order = sorted(range(len(rows)), key=lambda i: p_len[i] + t_len[i], reverse=True)
     groups: list[list[int]] = []
-    p_max = t_max = 0
+    p_max = t_max = total = 0
     for i in order:
         p_new, t_new = max(p_max, p_len[i]), max(t_max, t_len[i])
-        if groups and len(groups[-1]) < max_rows and (len(groups[-1]) + 1) * (p_new + t_new) <= max_tokens:
+        cost = (total + p_len[i] + t_len[i] if padding_free
+                else (len(groups[-1]) + 1 if groups else 1) * (p_new + t_new))
+        if groups and len(groups[-1]) < max_rows and cost <= max_tokens:
             groups[-1].append(i)
-            p_max, t_max = p_new, t_new
+            p_max, t_max, total = p_new, t_new, total + p_len[i] + t_len[i]
         else:
             groups.append([i])
-            p_max, t_max = p_len[i], t_len[i]
+            p_max, t_max, total = p_len[i], t_len[i], p_len[i] + t_len[i]
     return [rows[torch.tensor(g, dtype=torch.long, device=rows.device)] for g in groups]
 
 

@@ -38,9 +38,11 @@ from trainer import distributed
 from trainer.checkpoint import (
     Preempted,
     PreemptionFlag,
+    load_sharded_state,
     load_state,
+    remove_state,
     save_hf_checkpoint,
-    save_state,
+    save_sharded_state,
 )
 from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
@@ -295,12 +297,14 @@ class Trainer:
         state = load_state(self.run.root)
         if state is None:
             return
-        distributed.load_model_state(self.policy, state["model"])
-        distributed.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
+        templates = self._sharded_state(reference="reference_weights" in state)
+        load_sharded_state(self.run.root, state, templates)
+        distributed.set_sharded_state(self.policy, templates["model"], self.optimizer,
+                                      templates["optimizer"])
+        if "reference" in templates:
+            distributed.set_sharded_state(self.ref_policy, templates["reference"])
         self.sampler.load_state_dict(state["sampler"])
-        self.reference.load_state_dict(
-            state["reference"],
-            load=lambda _, w: distributed.load_model_state(self.ref_policy, w))
+        self.reference.load_state_dict(state["reference"])
         self.global_step = state["step"]
         self.nonfinite_skips = state["nonfinite_skips"]
         self.nonfinite_in_row = state["nonfinite_in_row"]
@@ -314,23 +318,36 @@ class Trainer:
 
     # -------------------------------------------------------------- save
 
+    def _sharded_state(self, reference: bool) -> dict:
+        """This rank's shards of the weights and optimizer (and the reference's weights):
+        what the resume state saves, and the templates it loads into."""
+        tensors = {"model": distributed.sharded_model_state(self.policy),
+                   "optimizer": distributed.sharded_optimizer_state(self.policy, self.optimizer)}
+        if reference:
+            tensors["reference"] = distributed.sharded_model_state(self.ref_policy)
+        return tensors
+
     def state_payload(self) -> dict:
-        """The resume state (a collective under FSDP2: full weights gathered to rank 0)."""
-        return {
-            "step": self.global_step, "model": distributed.model_state(self.policy),
-            "optimizer": distributed.optimizer_state(self.policy, self.optimizer),
-            "sampler": self.sampler.state_dict(),
-            "reference": self.reference.state_dict(
-                weights=lambda _: distributed.model_state(self.ref_policy)),
+        """The resume state's small part (rank 0 writes it): counters, data position, the
+        reference's schedule, and whether the reference's weights are saved too."""
+        payload = {
+            "step": self.global_step, "sampler": self.sampler.state_dict(),
+            "reference": self.reference.state_dict(weights=lambda _: {}),
             "nonfinite_skips": self.nonfinite_skips, "nonfinite_in_row": self.nonfinite_in_row,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
         }
+        if payload["reference"].pop("weights", None) is not None:
+            payload["reference_weights"] = True  # a refreshed reference: its weights too
+        return payload
 
     def save_state(self) -> None:
-        """The resume state (full weights, world-size independent); rank 0 writes it."""
+        """The resume state, sharded: every rank writes its own shards of the weights and
+        optimizer states (torch.distributed.checkpoint), rank 0 the rest; it resumes at any
+        world size (a collective under FSDP2)."""
         payload = self.state_payload()
-        if self.world.main:
-            save_state(self.run.root, payload)
+        tensors = self._sharded_state(reference="reference_weights" in payload)
+        save_sharded_state(self.run.root, payload, tensors, step=self.global_step,
+                           main=self.world.main, barrier=lambda: distributed.barrier(self.world))
 
     def save_checkpoint(self, path: Path, dtype: torch.dtype | None) -> Path:
         """An HF checkpoint of the policy; under FSDP2 the full weights are gathered first
@@ -385,7 +402,7 @@ class Trainer:
         if self.cfg.checkpoint.keep_state:
             self.save_state()
         elif self.world.main:
-            self.run.state_file.unlink(missing_ok=True)
+            remove_state(self.run.root)
         if self.world.main:
             state_dir = self.run.state_dir
             if state_dir.is_dir() and not any(state_dir.iterdir()):
@@ -476,7 +493,8 @@ class Trainer:
         count, since every FSDP2 forward is a collective."""
         o = self.cfg.optim
         mine = distributed.share(rows, self.world)
-        groups = micro_batches(batch, mine, o.micro_batch_size, o.max_tokens_per_micro_batch)
+        groups = micro_batches(batch, mine, o.micro_batch_size, o.max_tokens_per_micro_batch,
+                               o.padding_free)
         empty = rows[:0]
         return groups + [empty] * (distributed.pad_to(len(groups), self.world) - len(groups))
 
@@ -486,7 +504,8 @@ class Trainer:
         idx = mb_rows(micro, self.device)
         mb = batch.rows(idx)
         logp, ent = module(mb, temperature=self.cfg.rollout.temperature,
-                           with_entropy=with_entropy, autocast=self.autocast)
+                           with_entropy=with_entropy, autocast=self.autocast,
+                           padding_free=self.cfg.optim.padding_free)
         return idx, mb, logp, ent
 
     @torch.no_grad()

@@ -72,4 +72,6 @@ def save(directory: Path, tensors: dict) -> None:
 
 def load(directory: Path, templates: dict) -> None:
     """Fill `templates` (same structure as saved, this world size's shapes) in place."""
-    dcp.load(templates, storage_reader=_SafeReader(str(directory)))
+    reader = _SafeReader(str(directory))
+    reader.read_metadata()  # refuses a planted .metadata here, before DCP wraps the error
+    dcp.load(templates, storage_reader=reader)

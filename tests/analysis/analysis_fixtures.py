@@ -11,6 +11,10 @@ The default sweep (numbers chosen so Last/Best, ties and mean ± se are easy by 
   broken         (no config.yaml)
 
 math_verify means are the dapo ones minus 0.05. Training metrics: 3 steps per run.
+
+Every evaluation also writes its per-sample records (`sample_records`): 5 problems x 4
+samples, the correct answers filled problem by problem, so a mean of 0.45 (9 of 20 correct)
+gives per-problem Mean@4 of 1, 1, 0.25, 0, 0.
 """
 
 from __future__ import annotations
@@ -75,6 +79,32 @@ def summary(bench: str, step: int, mean: float, n: int = 4) -> dict:
     }
 
 
+NUM_PROBLEMS, N_SAMPLES = 5, 4
+
+
+def per_problem(mean: float) -> list[float]:
+    """Per-problem Mean@4 of 5 problems whose correct samples fill problem by problem."""
+    correct = round(mean * NUM_PROBLEMS * N_SAMPLES)
+    return [min(N_SAMPLES, max(0, correct - N_SAMPLES * i)) / N_SAMPLES
+            for i in range(NUM_PROBLEMS)]
+
+
+def sample_records(bench: str, means: dict[str, float]) -> list[dict]:
+    """Per-sample records in the evaluation's format for {scorer: mean}."""
+    records = []
+    for i in range(NUM_PROBLEMS):
+        for j in range(N_SAMPLES):
+            scorers = {
+                name: {"extracted": "1", "correct": j < per_problem(m)[i] * N_SAMPLES,
+                       "status": "ok"}
+                for name, m in means.items()
+            }
+            records.append({"problem_id": f"{bench}-{i}", "sample_index": j, "gold": "1",
+                            "completion": "...", "num_tokens": 3, "finish_reason": "stop",
+                            "scorers": scorers})
+    return records
+
+
 def metrics_line(step: int, seed: int) -> dict:
     return {
         "step": step,
@@ -111,7 +141,8 @@ def write_run(
             d = run / "eval" / f"step_{step}"
             d.mkdir(parents=True, exist_ok=True)
             (d / f"{bench}.json").write_text(json.dumps(summary(bench, step, mean)))
-            (d / f"{bench}.jsonl").write_text("")  # per-sample records: not read by analysis
+            records = sample_records(bench, {"dapo": mean, "math_verify": round(mean - 0.05, 10)})
+            (d / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if done:
         (run / "DONE").write_text("")
     return run

@@ -7,23 +7,7 @@ import json
 import pytest
 from analysis_fixtures import RUNS, write_run
 
-from analysis.collect import (
-    Collection,
-    CollectionWarning,
-    collect,
-    collect_runs,
-    load_metric_meta,
-    metric_meta,
-)
-
-CANONICAL = (
-    "step reward_mean reward_std acc_mean response_length_mean response_length_max "
-    "truncated_frac entropy kl_ref_k1 kl_ref_k3 kl_behav_k1 kl_behav_k3 is_weight_mean "
-    "is_weight_max clip_frac_upper clip_frac_lower clip_frac_dual pg_loss kl_loss loss "
-    "groups_kept groups_dropped gen_batches grad_norm lr time_rollout time_logprob time_update "
-    "time_step tokens_per_sec rollout_logprob_gap_mean rollout_logprob_gap_max nonfinite_skips "
-    "ref_updates"
-).split()
+from analysis.collect import Collection, CollectionWarning, collect, collect_runs
 
 
 def _collect(path) -> Collection:
@@ -124,35 +108,20 @@ def test_empty_sweep_gives_empty_frames(tmp_path):
     assert {"benchmark", "scorer"} <= set(ev.columns)
 
 
-def test_metric_registry_covers_canonical_names():
-    meta = load_metric_meta()
-    missing = [name for name in CANONICAL if name not in meta]
-    assert missing == []
-    assert meta["mean"].higher_is_better is True
-    assert meta["extract_fail_rate"].higher_is_better is False
-    assert meta["entropy"].higher_is_better is None
-    assert meta["time_step"].aggregation == "sum"
-    assert meta["mean"].format(0.5938) == "59.38"
-    assert meta["response_length_mean"].format(float("nan")) == "–"
-    assert metric_meta("pass_at_16").display == "Pass@16"
-    assert metric_meta("maj_at_32").fmt == "percent"
-    with pytest.raises(KeyError, match="reward_mean"):
-        metric_meta("rewrd_mean")
+def test_problem_scores_read_the_per_sample_records(tmp_path):
+    """Per-problem Mean@n per scorer from eval/step_<N>/<bench>.jsonl (the records the
+    evaluation writes): 0.45 of 20 samples = 9 correct, filled problem by problem."""
+    from analysis_fixtures import per_problem
 
+    from analysis.collect import problem_scores
 
-def test_every_key_evaluation_writes_has_metadata():
-    """error_rate is produced by evaluation; metric_meta("error_rate") used to raise."""
-    from eval.grading import GradeResult
-    from eval.metrics import summarize_scorer
-
-    grades = [[GradeResult(extracted="1", correct=True, status="ok"),
-               GradeResult(extracted=None, correct=False, status="error")]]
-    for key in summarize_scorer(grades, seed=0):
-        assert metric_meta(key).name == key
-    assert metric_meta("error_rate").higher_is_better is False
-
-
-def test_running_totals_aggregate_as_last():
-    """The trainer logs nonfinite_skips as a running total (0, 1, 1, 2 = two skips)."""
-    assert metric_meta("nonfinite_skips").aggregation == "last"
-    assert metric_meta("ref_updates").aggregation == "last"
+    run = write_run(tmp_path / "runs", "a", "GRPO", 0, {}, evals={"toy": {5: 0.45}})
+    scores = problem_scores(run, 5, "toy")
+    assert scores["dapo"] == {"toy-0": 1.0, "toy-1": 1.0, "toy-2": 0.25, "toy-3": 0.0,
+                              "toy-4": 0.0}
+    assert list(scores["math_verify"].values()) == per_problem(0.40)
+    assert problem_scores(run, 6, "toy") == {}  # not evaluated at that step
+    path = run / "eval" / "step_5" / "toy.jsonl"
+    path.write_text(path.read_text() + '{"problem_id": "toy-9", "scorers": {"dapo": {}}}\n')
+    with pytest.raises(ValueError, match=r"toy.jsonl line 21: .*re-run its evaluation"):
+        problem_scores(run, 5, "toy")

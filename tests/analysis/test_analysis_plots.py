@@ -81,3 +81,19 @@ def test_missing_training_metric_is_named(sweep):
     col = _col(sweep)
     with pytest.raises(ValueError, match="kl_ref_k3"):
         plot_training(col.train, method_colors(col.train.label), ("entropy", "kl_ref_k3"))
+
+
+def test_accuracy_figure_draws_a_seed_band_per_multi_seed_method(sweep):
+    """RPG-URKL (2 seeds) on AIME24: 0.50, 0.30 at step 10 and 0.40, 0.60 at step 20, so
+    mean 40 / 50, se 10 / 10 (percent): the band spans 30-50 and 40-60; one-seed methods get
+    a line and no band."""
+    col = _col(sweep)
+    colors = method_colors(set(col.eval.label))
+    fig = plot_accuracy(col.eval, "dapo", colors)
+    ax = fig.axes[0]
+    assert ax.get_title() == "AIME24"
+    assert "band: ± 1 standard error" in fig.get_suptitle()
+    bands = ax.collections
+    assert len(bands) == 1 and tuple(bands[0].get_facecolor()[0][:3]) == colors["RPG-URKL"][:3]
+    ys = sorted({round(float(y), 6) for _, y in bands[0].get_paths()[0].vertices})
+    assert ys == [30.0, 40.0, 50.0, 60.0]

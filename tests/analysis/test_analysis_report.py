@@ -86,7 +86,9 @@ def test_report_tables_and_links_exist(full_report):
     out, md = full_report
     # both scorers' tables, with the marks computed in test_analysis_tables
     assert "### Scorer `dapo`" in md and "### Scorer `math_verify`" in md
-    assert "| RPG-URKL | **50.00 ± 10.00** | **55.00 ± 5.00** |" in md
+    # seed intervals and Δ vs DAPO from the per-sample records (by hand in test_analysis_tables)
+    assert ("| RPG-URKL | **50.00 ± 10.00 [-77.06, 177.06]** | -10.00 [-30.00, 0.00] | "
+            "**55.00 ± 5.00 [-8.53, 118.53]** | -5.00 [-15.00, 0.00] |") in md
     targets = _assert_links_exist(md, out)
     for rel in (
         "tables/last_best_dapo.tex",
@@ -142,6 +144,10 @@ def test_bad_options_fail_before_writing(sweep, tmp_path):
         check_options(sweep, out, audit_dir=tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="paper reference"):
         check_options(sweep, out, paper_setting="model=Qwen3-4B", reference=tmp_path / "x.csv")
+    with pytest.raises(ValueError, match="--bootstrap-reps must be >= 1, got 0"):
+        check_options(sweep, out, bootstrap_reps=0)
+    assert main(["report", "--sweep-dir", str(sweep), "--out", str(out),
+                 "--bootstrap-reps", "0"]) == 2
     assert main(["report", "--sweep-dir", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert not out.exists()
     assert main(["nonsense"]) == 2
@@ -225,4 +231,13 @@ def test_report_shows_the_initial_model_row(tmp_path):
     (initial / "toy.json").write_text(json.dumps(summary("toy", 0, 0.125)))
     md = _build(tmp_path, tmp_path)
     assert "| Initial model (step 0) | 12.50 |" in md
-    assert md.index("| GRPO | 50.00 | 50.00 |") < md.index("| Initial model (step 0) | 12.50 |")
+    assert md.index("| GRPO | 50.00 ± n/a | 50.00 ± n/a |") < md.index(
+        "| Initial model (step 0) | 12.50 |")
+    # ... and in the verdict: the warm start's score and the gain over it (no DAPO to compare)
+    assert md.split("\n")[2] == (
+        "**Verdict** (computed from the tables below: scorer `dapo`, Mean@4 at Last, 1 seed(s) "
+        "per method; Δ = method - DAPO (percentage points) with its 95% paired bootstrap "
+        "interval over (problem, seed) pairs; an interval that excludes 0 separates a method "
+        "from the baseline). On Toy, DAPO was not evaluated, so no method is compared with it. "
+        "The warm start (the initial model, before any RL step) scores 12.50 on Toy; gain at "
+        "Last over it: GRPO +37.50.")

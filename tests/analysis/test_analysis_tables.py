@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import math
-import re
 import warnings
 
 import pandas as pd
 import pytest
-from analysis_fixtures import REFERENCE_CSV, write_run
+from analysis_fixtures import write_run
 
-from analysis.collect import collect, metric_meta
+from analysis.collect import collect
+from analysis.delta import DeltaOptions
+from analysis.metrics import metric_meta
 from analysis.tables import (
+    benchmark_order,
     last_best_table,
-    load_reference,
-    paper_vs_ours,
-    parse_paper_setting,
+    last_best_tables,
     per_run_last_best,
     rank_marks,
     render_latex,
@@ -74,33 +74,114 @@ def _md_rows(md: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_markdown_marks_and_ties(sweep):
+def test_markdown_marks_ties_and_intervals(sweep):
     md = render_markdown(last_best_table(_col(sweep).eval, "dapo"))
     assert "| Method | AIME24 Last | AIME24 Best | AMC23 Last | AMC23 Best |" in md
     rows = _md_rows(md)
-    # AIME24 Last: URKL 50.00, DAPO 50.00 (tie, both bold), GRPO 45.00 (second, underlined)
-    assert rows["RPG-URKL"][0] == "**50.00 ± 10.00**"
-    assert rows["DAPO"][0] == "**50.00**"
-    assert rows["GRPO"][0] == "<ins>45.00</ins>"
+    # AIME24 Last: URKL 50.00 (seeds 0.40, 0.60: se 10.00, 95% t interval
+    # 50 ± tan(0.475 pi) * 10 = 50 ± 127.06) ties DAPO 50.00 (one seed: n/a); GRPO second
+    assert rows["RPG-URKL"][0] == "**50.00 ± 10.00 [-77.06, 177.06]**"
+    assert rows["DAPO"][0] == "**50.00 ± n/a**"
+    assert rows["GRPO"][0] == "<ins>45.00 ± n/a</ins>"
     # AIME24 Best: URKL 55.00 ± 5.00 and DAPO 55.00 tie; GRPO 45.00 second
-    assert rows["RPG-URKL"][1] == "**55.00 ± 5.00**" and rows["DAPO"][1] == "**55.00**"
+    assert rows["RPG-URKL"][1] == "**55.00 ± 5.00 [-8.53, 118.53]**"
+    assert rows["DAPO"][1] == "**55.00 ± n/a**"
     # AMC23 Last: URKL 85.00, DAPO 70.00, GRPO 65.00 -> one bold, one underline, one plain
-    assert rows["RPG-URKL"][2] == "**85.00 ± 5.00**"
-    assert rows["DAPO"][2] == "<ins>70.00</ins>" and rows["GRPO"][2] == "65.00"
+    assert rows["RPG-URKL"][2].startswith("**85.00 ± 5.00 [")
+    assert rows["DAPO"][2] == "<ins>70.00 ± n/a</ins>" and rows["GRPO"][2] == "65.00 ± n/a"
     assert list(rows) == ["DAPO", "GRPO", "RPG-URKL"]
-    assert "percent" in md and "Mean@4" in md
+    assert "percent" in md and "Mean@4" in md and "95% t interval" in md
+    assert "No Δ column: no per-problem records to pair with DAPO." in md
+
+
+def _run_dirs(col):
+    return dict(zip(col.runs["run_id"], col.runs["run_dir"]))
+
+
+def test_delta_vs_dapo_by_hand(sweep):
+    """Per-problem Mean@4 (5 problems, correct answers filled problem by problem):
+    DAPO aime24 @20 (0.50) = 1, 1, .5, 0, 0; GRPO @20 (0.45) = 1, 1, .25, 0, 0.
+    Diffs 0, 0, -.25, 0, 0: Δ = -0.05. A resample of 5 pairs holds K ~ Bin(5, 1/5) copies
+    of -.25, mean -0.05 K: P(K = 0) = 33% -> the 97.5% end is 0; P(K >= 4) = 0.7% < 2.5%
+    < P(K >= 3) = 5.8% -> the 2.5% end is -0.15."""
+    col = _col(sweep)
+    tidy = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col))
+    g = _cell(tidy, "GRPO", "aime24", "last")
+    assert (g.delta, g.delta_low, g.delta_high, g.delta_pairs) == (
+        pytest.approx(-0.05), pytest.approx(-0.15), 0.0, 5)
+    # Best pairs each run's best step: GRPO @20 vs DAPO @10 (0.55 = 1, 1, .75, 0, 0)
+    g = _cell(tidy, "GRPO", "aime24", "best")
+    assert (g.delta, g.delta_low, g.delta_high) == (pytest.approx(-0.10), pytest.approx(-0.30), 0.0)
+    # RPG-URKL ran seeds 0 and 1, DAPO only seed 0: only seed 0 pairs (5 pairs)
+    u = _cell(tidy, "RPG-URKL", "amc23", "last")  # @20 0.80 = 1,1,1,1,0 vs 0.70 = 1,1,1,.5,0
+    assert (u.delta, u.delta_low, u.delta_high, u.delta_pairs) == (
+        pytest.approx(0.10), 0.0, pytest.approx(0.30), 5)
+    assert math.isnan(_cell(tidy, "DAPO", "aime24", "last").delta)
+    rows = _md_rows(render_markdown(tidy))
+    assert rows["GRPO"][:2] == ["<ins>45.00 ± n/a</ins>", "-5.00 [-15.00, 0.00]"]
+    assert rows["DAPO"][1] == "baseline"
+    md = render_markdown(tidy)
+    assert "| Method | AIME24 Last | Δ AIME24 Last | AIME24 Best | Δ AIME24 Best |" in md
+    assert "95% paired bootstrap interval over 5 (problem, seed) pairs" in md
+
+
+def test_delta_is_deterministic_and_follows_the_options(sweep):
+    col = _col(sweep)
+    a = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col), delta=DeltaOptions(reps=300))
+    b = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col), delta=DeltaOptions(reps=300))
+    pd.testing.assert_frame_equal(a, b)
+    vs_grpo = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col),
+                              delta=DeltaOptions(baseline="GRPO", reps=300))
+    d = _cell(vs_grpo, "DAPO", "aime24", "last")
+    assert d.delta == pytest.approx(0.05) and set(vs_grpo.baseline) == {"GRPO"}
+    absent = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col),
+                             delta=DeltaOptions(baseline="PPO"))
+    assert absent.delta.isna().all()
+    assert "No Δ column: the baseline PPO is not in this sweep." in render_markdown(absent)
+    with pytest.raises(ValueError, match="--bootstrap-reps"):
+        DeltaOptions(reps=0)
+
+
+def test_three_seeds_with_one_seed_baseline_keeps_working(tmp_path):
+    """Three seeds of a method, one seed of DAPO: the method's cells get a t interval with
+    2 degrees of freedom, DAPO's say n/a, and Δ pairs the one shared seed's problems."""
+    for seed, mean in enumerate((0.40, 0.50, 0.60)):
+        write_run(tmp_path / "runs", f"m{seed}", "M", seed, {}, evals={"toy": {5: mean}})
+    write_run(tmp_path / "runs", "d0", "DAPO", 0, {}, evals={"toy": {5: 0.40}})
+    col = collect(tmp_path)
+    tidy = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col))
+    m = _cell(tidy, "M", "toy", "last")
+    half = math.sqrt(2 * 0.9025 / 0.0975) * 0.1 / math.sqrt(3)
+    assert (m.ci95_low, m.ci95_high) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert m.delta == 0.0 and m.delta_pairs == 5  # seed 0: 0.40 vs 0.40
+    rows = _md_rows(render_markdown(tidy))
+    assert rows["M"][0] == "**50.00 ± 5.77 [25.16, 74.84]**"
+    assert rows["DAPO"][0] == "<ins>40.00 ± n/a</ins>"
+    assert rows["M"][1] == "0.00 [0.00, 0.00]"
+
+
+def test_benchmarks_follow_the_evaluation_registry():
+    from eval.benchmarks import BENCHMARKS
+
+    assert benchmark_order(["toy", "aime24", "zzz", "amc23"]) == [
+        *(b for b in BENCHMARKS if b in {"toy", "aime24", "amc23"}), "zzz"]
 
 
 def test_latex_marks(sweep):
-    tex = render_latex(last_best_table(_col(sweep).eval, "dapo"), "t")
+    col = _col(sweep)
+    tex = render_latex(last_best_table(col.eval, "dapo"), "t")
     row = next(line for line in tex.splitlines() if line.startswith("RPG-URKL"))
     cells = [c.strip() for c in row.removesuffix("\\\\").split("&")]
-    assert cells[1] == "\\textbf{50.00 $\\pm$ 10.00}"
-    assert cells[3] == "\\textbf{85.00 $\\pm$ 5.00}"
+    assert cells[1] == "\\textbf{50.00 $\\pm$ 10.00 [-77.06, 177.06]}"
+    assert cells[3].startswith("\\textbf{85.00 $\\pm$ 5.00 [")
     grpo = next(line for line in tex.splitlines() if line.startswith("GRPO"))
-    assert "\\underline{45.00}" in grpo
+    assert "\\underline{45.00 $\\pm$ n/a}" in grpo
     assert "\\multicolumn{2}{c}{AIME24}" in tex and "\\cmidrule(lr){2-3}" in tex
     assert tex.count("\\begin{tabular}{lcccc}") == 1
+    # with the Δ columns every benchmark spans four: Last, Δ Last, Best, Δ Best
+    tex = render_latex(last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col)), "t")
+    assert "\\multicolumn{4}{c}{AIME24}" in tex and "\\cmidrule(lr){6-9}" in tex
+    assert " & Last & $\\Delta$ Last & Best & $\\Delta$ Best" in tex
 
 
 def test_rank_marks_rules():
@@ -118,10 +199,15 @@ def test_rank_marks_rules():
 
 
 def test_written_files(sweep, tmp_path):
-    files = write_last_best_tables(_col(sweep).eval, tmp_path / "tables")
+    col = _col(sweep)
+    files = write_last_best_tables(
+        last_best_tables(col.eval, run_dirs=_run_dirs(col)), tmp_path / "tables"
+    )
     assert set(files) == {"dapo", "math_verify"}
     csv = pd.read_csv(files["math_verify"]["csv"])
-    assert set(csv.columns) >= {"scorer", "label", "benchmark", "stat", "mean", "se", "n_seeds"}
+    assert set(csv.columns) >= {"scorer", "label", "benchmark", "stat", "mean", "se", "n_seeds",
+                                "ci95_low", "ci95_high", "baseline", "delta", "delta_low",
+                                "delta_high", "delta_pairs"}
     # math_verify = dapo - 0.05: GRPO aime24 Last 0.40
     v = csv[(csv.label == "GRPO") & (csv.benchmark == "aime24") & (csv.stat == "last")]["mean"]
     assert v.iloc[0] == pytest.approx(0.40)
@@ -141,48 +227,3 @@ def test_two_runs_with_one_label_and_seed_are_rejected(tmp_path):
         )
     with pytest.raises(ValueError, match=r"\['a', 'b'\] share label 'RPG-URKL'"):
         last_best_table(collect(tmp_path).eval, "dapo")
-
-
-def test_paper_setting_parsing():
-    assert parse_paper_setting("model=Qwen3-4B, context=8k") == {
-        "model": "Qwen3-4B",
-        "context": "8k",
-    }
-    assert parse_paper_setting(None) is None
-    with pytest.raises(ValueError, match="'size'"):
-        parse_paper_setting("model=Qwen3-4B,size=8k")
-    with pytest.raises(ValueError, match="key=value"):
-        parse_paper_setting("Qwen3-4B")
-
-
-def test_paper_vs_ours_join(sweep):
-    col = _col(sweep)
-    ref = load_reference(REFERENCE_CSV)
-    comp = paper_vs_ours(col.eval, col.runs, ref, {"model": "Qwen3-4B", "context": "8k"})
-    t = comp.table.set_index(["label", "benchmark"])
-    # paper Table 3 GRPO aime24: Last 0.3750, Best 0.4396; ours 0.45 / 0.45
-    g = t.loc[("GRPO", "aime24")]
-    assert (g.paper_last, g.paper_best) == (0.3750, 0.4396)
-    assert g.diff_last == pytest.approx(0.075) and g.diff_best == pytest.approx(0.0104)
-    u = t.loc[("RPG-URKL", "aime24")]
-    assert u.ours_last == pytest.approx(0.50) and u.ours_last_se == pytest.approx(0.10)
-    assert u.diff_best == pytest.approx(0.55 - 0.5260)
-    assert len(t) == 6  # 3 methods x aime24, amc23 (no aime25 in the sweep)
-    assert any("RPG-UFKL" in note for note in comp.notes)  # paper methods we did not run
-
-
-def test_paper_setting_ambiguous_or_absent(sweep):
-    col = _col(sweep)
-    ref = load_reference(REFERENCE_CSV)
-    # model alone matches Tables 3, 5, 6 (8k, 4k, 2k), which share methods and benchmarks
-    with pytest.raises(ValueError, match=r"tables \['3', '5', '6'\].*context= or table="):
-        paper_vs_ours(col.eval, col.runs, ref, {"model": "Qwen3-4B"})
-    ok = paper_vs_ours(col.eval, col.runs, ref, {"model": "Qwen3-4B", "context": "4k"})
-    assert ok.table is not None and set(ok.table.label) == {"DAPO", "GRPO", "RPG-URKL"}
-    assert ok.table.set_index(["label", "benchmark"]).loc[("DAPO", "amc23"), "paper_best"] == 0.9297
-    # Table 7 (same setting) only has benchmarks this sweep lacks: said, not guessed
-    t7 = paper_vs_ours(col.eval, col.runs, ref, {"model": "Qwen3-4B", "table": "7"})
-    assert t7.table is None and "No (method, benchmark) pair" in t7.notes[-1]
-    none = paper_vs_ours(col.eval, col.runs, ref, {"model": "Qwen3-4B", "context": "32k"})
-    assert none.table is None
-    assert re.search(r"No paper results match.*table=3,model=Qwen3-4B,context=8k", none.notes[0])

@@ -3,6 +3,7 @@ unpickling would run code is refused, by `load_state` and by the trainer CLI, wi
 
 from __future__ import annotations
 
+import pickle
 import random
 import subprocess
 import sys
@@ -107,3 +108,30 @@ def test_trainer_cli_refuses_a_planted_state(tiny_model, tmp_path):
     assert "Traceback" not in refused.stderr
     assert not marker.exists()
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1  # nothing trained on
+
+
+def test_trainer_cli_refuses_a_planted_sharded_metadata(tiny_model, tmp_path):
+    """The weights and optimizer states are saved sharded (torch.distributed.checkpoint),
+    whose `.metadata` is a pickle: a planted one is refused before it can run code."""
+    out = tmp_path / "run"
+    cfg = {"run_id": "run", "out_dir": str(out), "seed": 0,
+           "model": {"path": str(tiny_model), "device": "cpu"},
+           "rollout": {"n": 2, "prompts_per_step": 2, "max_new_tokens": 8, "overlong_buffer": 2},
+           "optim": {"steps": 3}, "checkpoint": {"state_every_steps": 1},
+           "debug": {"stop_after_steps": 1},
+           "tracking": {"mlflow_uri": None, "progress": False}}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    assert trainer_cli(config).returncode == 0
+    meta = torch.load(out / "state" / STATE_FILE, weights_only=True)
+    metadata = out / "state" / meta["tensors"] / ".metadata"
+    assert metadata.exists() and not any("model" in k for k in meta)  # tensors live there
+
+    marker = tmp_path / "marker"
+    metadata.write_bytes(pickle.dumps(WritesMarker(marker)))
+    refused = trainer_cli(config)
+    assert refused.returncode == 2
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(metadata.parent) in errors[0], refused.stderr
+    assert "pathlib" in errors[0] and "Traceback" not in refused.stderr
+    assert not marker.exists()

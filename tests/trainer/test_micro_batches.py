@@ -70,3 +70,22 @@ def test_token_budget_gives_the_gradient_of_one_unsplit_batch(make_cfg):
     torch.testing.assert_close(logp_b, logp_a, rtol=1e-5, atol=1e-6)
     for ga, gb in zip(grads_a, grads_b, strict=True):
         torch.testing.assert_close(gb, ga, rtol=1e-4, atol=1e-6)
+    # padding-free: the same rows as one concatenated sequence per micro-batch
+    loss_c, grads_c, logp_c, _ = grads_and_logps(max_tokens_per_micro_batch=budget,
+                                                 micro_batch_size=4, padding_free=True)
+    torch.testing.assert_close(loss_c, loss_a, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(logp_c, logp_a, rtol=1e-5, atol=1e-6)
+    for ga, gc in zip(grads_a, grads_c, strict=True):
+        torch.testing.assert_close(gc, ga, rtol=1e-4, atol=1e-6)
+
+
+def test_padding_free_budget_counts_real_tokens():
+    lengths = [(4, 30), (6, 2), (5, 12), (4, 29), (3, 1), (6, 8), (5, 3)]
+    batch = _batch(lengths)
+    groups = micro_batches(batch, torch.arange(len(lengths)), max_rows=8, max_tokens=50,
+                           padding_free=True)
+    real = [sum(p + t for p, t in (lengths[i] for i in g.tolist())) for g in groups]
+    assert sorted(torch.cat(groups).tolist()) == list(range(len(lengths)))
+    assert all(n <= 50 for n, g in zip(real, groups) if len(g) > 1)
+    # real tokens pack tighter than padded rows under the same budget
+    assert len(groups) < len(micro_batches(batch, torch.arange(len(lengths)), 8, 50))

@@ -37,6 +37,10 @@ SHIPPED = {
     ("config/default.yaml", "config/ablations/off-policy.yaml"): {
         "tiny_model": 1, "evaluate_initial": 2, "run_config": 10, "train": 10, "evaluate": 80, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/crosscheck.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 2, "run_config": 6, "train": 6, "evaluate": 48, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1, "lighteval_env": 1, "crosscheck_benchmark": 2,
+        "lighteval": 12, "lighteval_summary": 12, "concordance": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
         "tiny_model": 1, "evaluate_initial": 2, "run_config": 48, "train": 48, "evaluate": 384, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},

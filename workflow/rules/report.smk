@@ -42,6 +42,7 @@ rule report:
         initial=INITIAL_EVALS,
         audit=rules.audit.output.table,
         figures=rules.paper_figures.output.fig2,
+        concordance=CONCORDANCE,  # eval.crosscheck: the report's concordance section
     output:
         REPORT,
     params:

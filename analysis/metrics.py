@@ -1,0 +1,152 @@
+"""The metric registry: what every logged or evaluated metric means and how to show it.
+
+One entry per metric name, written once here: the trainer's `metrics.jsonl` keys, the keys
+of an evaluation summary's scorer block, and the pass_at_<k>/maj_at_<k> families. Tables,
+plots and the report read direction (higher is better?), aggregation, display name and
+format from here instead of guessing; a test checks that every key the trainer logs has an
+entry. This module imports nothing from the project, so a lower layer may import it too.
+
+    from analysis.metrics import metric_meta
+    metric_meta("acc_mean").format(0.59375)   # "59.38"
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+AGGREGATIONS = ("mean", "sum", "max", "last")
+FORMATS = ("percent", "float", "int", "seconds")
+
+
+@dataclass(frozen=True)
+class MetricMeta:
+    """What a metric means and how to show it.
+
+    higher_is_better: True / False for metrics with a direction (used for bold/underline
+        ranking); None for diagnostics without one (entropy, KL, lengths, timings).
+    aggregation: how a run's per-step values reduce to one number for a run summary:
+        "mean", "sum" (per-step counts and times), "max" (per-step maxima), or "last"
+        (cumulative counters, and evaluation metrics whose Last/Best tables reduce them).
+        Across seeds every metric is averaged and given a standard error.
+    fmt: "percent" (a fraction shown x100), "float", "int" or "seconds".
+    decimals: digits after the point in the displayed value (after the x100 for percent).
+    """
+
+    name: str
+    display: str
+    higher_is_better: bool | None
+    aggregation: str
+    fmt: str
+    decimals: int
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"{self.name}: aggregation={self.aggregation!r} not in {AGGREGATIONS}")
+        if self.fmt not in FORMATS:
+            raise ValueError(f"{self.name}: fmt={self.fmt!r} not in {FORMATS}")
+
+    @property
+    def scale(self) -> float:
+        """Multiplier from the stored value to the displayed one (100 for percent)."""
+        return 100.0 if self.fmt == "percent" else 1.0
+
+    def format(self, value: float) -> str:
+        """The displayed string of one value ("59.38" for 0.59375 as percent); "–" for NaN."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "–"
+        return f"{value * self.scale:.{self.decimals}f}"
+
+    def axis_label(self) -> str:
+        """A plot axis label with the unit."""
+        unit = {"percent": " (%)", "seconds": " (s)"}.get(self.fmt, "")
+        return f"{self.display}{unit}"
+
+
+def _m(name, display, hib, agg, fmt, dec, desc) -> MetricMeta:
+    return MetricMeta(name, display, hib, agg, fmt, dec, desc)
+
+
+# Training metrics, in the order the trainer logs them.
+_TRAIN_METRICS = [
+    _m("step", "Step", None, "last", "int", 0, "optimizer step (1-based)"),
+    _m("reward_mean", "Reward", True, "mean", "float", 3, "mean sequence reward of the batch"),
+    _m("reward_std", "Reward std", None, "mean", "float", 3, "std of sequence rewards"),
+    _m("acc_mean", "Training accuracy", True, "mean", "percent", 2, "fraction of rollouts correct"),
+    _m("response_length_mean", "Response length (tokens)", None, "mean", "float", 1, "mean tokens"),
+    _m("response_length_max", "Max response length (tokens)", None, "max", "int", 0, "max tokens"),
+    _m("truncated_frac", "Truncated", None, "mean", "percent", 2, "fraction hitting max tokens"),
+    _m("entropy", "Entropy", None, "mean", "float", 3, "mean token entropy (nats)"),
+    _m("kl_ref_k1", "KL(ref) k1", None, "mean", "float", 4, "policy vs reference, k1"),
+    _m("kl_ref_k3", "KL(ref) k3", None, "mean", "float", 4, "policy vs reference, k3"),
+    _m("kl_behav_k1", "KL(behav) k1", None, "mean", "float", 4, "policy vs behaviour, k1"),
+    _m("kl_behav_k3", "KL(behav) k3", None, "mean", "float", 4, "policy vs behaviour, k3"),
+    _m("is_weight_mean", "IS weight", None, "mean", "float", 3, "mean importance weight"),
+    _m("is_weight_max", "Max IS weight", None, "max", "float", 3, "max importance weight"),
+    _m("clip_frac_upper", "Clip frac (upper)", None, "mean", "percent", 2, "upper clip"),
+    _m("clip_frac_lower", "Clip frac (lower)", None, "mean", "percent", 2, "lower clip"),
+    _m("clip_frac_dual", "Clip frac (dual)", None, "mean", "percent", 2, "dual clip"),
+    _m("pg_loss", "PG loss", None, "mean", "float", 4, "policy-gradient part of the loss"),
+    _m("kl_loss", "KL loss", None, "mean", "float", 4, "KL part of the loss"),
+    _m("loss", "Loss", None, "mean", "float", 4, "total loss"),
+    _m("groups_kept", "Groups kept", None, "sum", "int", 0, "dynamic sampling: kept groups"),
+    _m("groups_dropped", "Groups dropped", None, "sum", "int", 0, "dynamic sampling: dropped"),
+    _m("gen_batches", "Generation batches", None, "sum", "int", 0, "rollout batches per step"),
+    _m("grad_norm", "Grad norm", None, "mean", "float", 3, "gradient norm before clipping"),
+    _m("lr", "Learning rate", None, "last", "float", 8, "learning rate"),
+    _m("time_rollout", "Rollout time", None, "sum", "seconds", 2, "seconds in rollout"),
+    _m("time_logprob", "Log-prob time", None, "sum", "seconds", 2, "seconds in log-probs"),
+    _m("time_update", "Update time", None, "sum", "seconds", 2, "seconds in updates"),
+    _m("time_step", "Step time", None, "sum", "seconds", 2, "seconds per step"),
+    _m("tokens_per_sec", "Tokens/s", True, "mean", "float", 1, "training throughput"),
+    _m("rollout_logprob_gap_mean", "Sampler log-prob gap", False, "mean", "float", 6, "mean |log pi_vllm - log pi_trainer| per sampled token"),
+    _m("rollout_logprob_gap_max", "Max sampler log-prob gap", False, "max", "float", 6, "max |log pi_vllm - log pi_trainer| over sampled tokens"),
+    _m("nonfinite_skips", "Non-finite skips", False, "last", "int", 0,
+       "skipped updates so far (the trainer logs a running total)"),
+    _m("ref_updates", "Reference updates", None, "last", "int", 0, "reference refreshes so far"),
+]
+
+# Keys of one scorer's block in an evaluation summary, plus the per-(checkpoint, benchmark) fields collect() copies onto every scorer row.
+_EVAL_METRICS = [
+    _m("mean", "Mean@n", True, "last", "percent", 2, "average accuracy over all n samples"),
+    _m("mean_stderr", "Mean@n s.e.", None, "last", "percent", 2, "s.e. over problems"),
+    _m("mean_ci95_low", "Mean@n CI95 low", None, "last", "percent", 2, "bootstrap 95% low"),
+    _m("mean_ci95_high", "Mean@n CI95 high", None, "last", "percent", 2, "bootstrap 95% high"),
+    _m("extract_fail_rate", "Extraction failures", False, "last", "percent", 2, "no answer"),
+    _m("timeout_rate", "Grader timeouts", False, "last", "percent", 2, "grading timed out"),
+    _m("error_rate", "Grader errors", False, "last", "percent", 2, "grading raised an error"),
+    _m("truncation_rate", "Truncated", False, "last", "percent", 2, "hit max_new_tokens"),
+    _m("n", "Samples per problem", None, "last", "int", 0, "n of Mean@n"),
+    _m("num_problems", "Problems", None, "last", "int", 0, "problems in the benchmark"),
+]
+
+_PATTERNS = [
+    (re.compile(r"pass_at_(\d+)"), "Pass@{k}", "unbiased pass@k (Chen et al. 2021)"),
+    (re.compile(r"maj_at_(\d+)"), "Maj@{k}", "majority vote over k samples"),
+]
+
+
+def load_metric_meta() -> dict[str, MetricMeta]:
+    """The registry of fixed-name metrics (training and evaluation), keyed by name.
+
+    pass_at_<k> and maj_at_<k> are families; look them up with `metric_meta(name)`.
+    """
+    return {m.name: m for m in _TRAIN_METRICS + _EVAL_METRICS}
+
+
+def metric_meta(name: str) -> MetricMeta:
+    """Metadata of `name`, including pass_at_<k>/maj_at_<k>; KeyError lists what is known."""
+    registry = load_metric_meta()
+    if name in registry:
+        return registry[name]
+    for pattern, display, desc in _PATTERNS:
+        match = pattern.fullmatch(name)
+        if match:
+            k = match.group(1)
+            return MetricMeta(name, display.format(k=k), True, "last", "percent", 2, desc)
+    raise KeyError(
+        f"no metadata for metric {name!r}; known: {sorted(registry)} and the families "
+        "pass_at_<k>, maj_at_<k> (add it to analysis/metrics.py)"
+    )

@@ -1,0 +1,108 @@
+"""The report's first paragraph: which methods the sweep separates from the baseline, in words.
+
+Computed from a Last/Best table (`analysis.tables.last_best_table`, one scorer), never
+written by hand. Per benchmark, a method is *better* (or *worse*) than the baseline when the
+95% paired bootstrap interval of its Δ excludes 0, and *not distinguishable* when it
+contains 0. The verdict reads the Last statistic (the final evaluated checkpoint): Best is a
+maximum over checkpoints chosen after the fact, biased upwards by evaluation noise, so it is
+shown in the tables but not judged. The warm start (the initial model, before any RL step)
+gives each method's gain: its Last mean minus the initial model's score.
+
+    from analysis.verdict import verdict_paragraph
+    text = verdict_paragraph(tidy, initial_means={"toy": 0.3125})
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.metrics import metric_meta
+from analysis.stats import PairedDelta
+from analysis.tables import (
+    benchmark_display,
+    benchmark_order,
+    format_delta,
+    label_order,
+    metric_name,
+    signed,
+)
+
+VERDICT_STAT = "last"
+
+
+def _delta_text(r, meta) -> str:
+    return f"{r.label} ({format_delta(r.delta, r.delta_low, r.delta_high, meta)})"
+
+
+def _join(items: list[str]) -> str:
+    return ", ".join(items)
+
+
+def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
+    """One benchmark's sentence from its Last rows (every label, the baseline included)."""
+    meta = metric_meta(str(rows["metric"].iloc[0]))
+    name = benchmark_display(bench)
+    if baseline not in set(rows["label"]):
+        return f"On {name}, {baseline} was not evaluated, so no method is compared with it."
+    groups: dict[str, list[str]] = {"better": [], "worse": [], "tie": [], "none": []}
+    others = rows[rows["label"] != baseline]
+    order = {lab: i for i, lab in enumerate(label_order(others["label"]))}
+    for r in sorted(others.itertuples(), key=lambda r: order[r.label]):
+        if math.isnan(r.delta):
+            groups["none"].append(r.label)
+            continue
+        kind = PairedDelta(r.delta, r.delta_low, r.delta_high, r.delta_pairs).verdict
+        groups[kind].append(_delta_text(r, meta))
+    parts = []
+    if groups["better"]:
+        parts.append(f"better than {baseline}: {_join(groups['better'])}")
+    if groups["worse"]:
+        parts.append(f"worse than {baseline}: {_join(groups['worse'])}")
+    if groups["tie"]:
+        lead = "no method is" if not (groups["better"] or groups["worse"]) else "not"
+        parts.append(f"{lead} distinguishable from {baseline} at 95%: {_join(groups['tie'])}")
+    if groups["none"]:
+        parts.append(f"no paired per-problem records: {_join(groups['none'])}")
+    if not parts:
+        return f"On {name}, {baseline} is the only method."
+    return f"On {name}, " + "; ".join(parts) + "."
+
+
+def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
+    """The warm start's score on `bench` and every method's Last gain over it."""
+    meta = metric_meta(str(rows["metric"].iloc[0]))
+    order = {lab: i for i, lab in enumerate(label_order(rows["label"]))}
+    gains = [
+        f"{r.label} {signed(r.mean - initial, meta)}"
+        for r in sorted(rows.itertuples(), key=lambda r: order[r.label])
+    ]
+    return (
+        f"The warm start (the initial model, before any RL step) scores "
+        f"{meta.format(initial)} on {benchmark_display(bench)}; gain at Last over it: "
+        f"{_join(gains)}."
+    )
+
+
+def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None) -> str:
+    """The verdict (see module doc) for one scorer's tidy Last/Best table; `initial_means`
+    maps benchmark -> the initial model's Mean@n (fraction), absent when not evaluated."""
+    last = tidy[tidy["stat"] == VERDICT_STAT]
+    baseline = str(tidy["baseline"].iloc[0])
+    meta = metric_meta(str(tidy["metric"].iloc[0]))
+    unit = " (percentage points)" if meta.fmt == "percent" else ""
+    seeds = sorted(set(last["n_seeds"]))
+    seeds_txt = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    sentences = [
+        f"**Verdict** (computed from the tables below: scorer `{tidy['scorer'].iloc[0]}`, "
+        f"{metric_name(tidy)} at Last, {seeds_txt} seed(s) per method; Δ = method - {baseline}"
+        f"{unit} with its 95% paired bootstrap interval over (problem, seed) pairs; an "
+        "interval that excludes 0 separates a method from the baseline)."
+    ]
+    for bench in benchmark_order(last["benchmark"]):
+        rows = last[last["benchmark"] == bench]
+        sentences.append(benchmark_sentence(rows, bench, baseline))
+        if initial_means and bench in initial_means:
+            sentences.append(gain_sentence(rows, bench, initial_means[bench]))
+    return " ".join(sentences)
