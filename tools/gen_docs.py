@@ -226,17 +226,9 @@ def gen_audit() -> str:
     return markdown_table(list(table.columns), table.astype(str).values.tolist(), align)
 
 
-def _metric_registry():
-    """The registry module: analysis.metrics (its own module) or, before that move, analysis.collect."""
-    try:
-        from analysis import metrics as registry
-    except ImportError:
-        from analysis import collect as registry
-    return registry
-
-
 def gen_metrics() -> str:
-    registry = _metric_registry()
+    from analysis import metrics as registry
+
     metas = list(registry.load_metric_meta().values())
     metas += [registry.metric_meta(f"{family}_4") for family in ("pass_at", "maj_at")]
     rows = []
