@@ -299,3 +299,28 @@ def test_a_reference_schedule(every_step, tiny_dir, tmp_path):
     out = train(run_cfg(tiny_dir, tmp_path / "r",
                         method={"name": "GRPO", "reference": {"schedule": "every_step"}}))
     assert [r["ref_updates"] for r in metric_lines(out)] == [1, 2]
+
+
+# --- a scorer ---------------------------------------------------------------------------------
+
+
+def scorer_names() -> tuple[str, ...]:
+    from eval.run import grading  # the grading module evaluation uses, wherever it lives
+
+    return tuple(grading.SCORERS)
+
+
+@pytest.mark.parametrize("scorer", scorer_names())
+def test_every_scorer_is_accepted_and_grades(scorer, tmp_path):
+    """A name added to SCORERS is a valid reward grader (task.scorer), a valid sweep and
+    CLI scorer, and grades: a right answer is correct, a wrong one is not."""
+    from eval.run import EvalConfig, grading
+
+    results = grading.grade_many(["... so Answer: 42", "... so Answer: 41"], ["42", "42"], scorer)
+    assert [r.correct for r in results] == [True, False]
+    assert all(r.status in grading.STATUSES for r in results)
+    cfg = parse_run_config({"model": {"path": "m"}, "task": {"scorer": scorer}}, "test")
+    assert cfg.task.scorer == scorer
+    spec = sweep(methods=["GRPO"], eval={"steps": [2], "benchmarks": ["toy"], "scorers": [scorer]})
+    assert spec.eval.scorers == [scorer]
+    assert EvalConfig(checkpoint="c", benchmark="toy", out="o", scorers=(scorer,)).scorers == (scorer,)
