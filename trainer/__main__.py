@@ -68,9 +68,9 @@ def _tiny(args) -> int:
 def _heldout(args) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from common import toy
     from trainer.heldout import heldout_accuracy
     from trainer.runtime import tune_cpu_runtime
-    from trainer.tasks import toy
 
     tune_cpu_runtime()
     model = AutoModelForCausalLM.from_pretrained(args.model)

@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from algorithms import compute_advantages, compute_policy_loss, kl_reward_penalty
+from common.prompts import build_prompt, encode_prompts
 from eval.files import write_atomic
-from eval.prompts import build_prompt
 from trainer import distributed
 from trainer.checkpoint import (
     Preempted,
@@ -206,7 +206,6 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model, self.tokenizer = load_policy(cfg.model, self.device)
         self.problems = load_problems(cfg.task, seed=cfg.seed)
-        self.add_special = not getattr(self.tokenizer, "chat_template", None)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         for key in ("prompts_per_step", "gen_prompts_per_round"):
             value = getattr(cfg.rollout, key)
@@ -317,8 +316,7 @@ class Trainer:
                                              r.overlong_buffer, r.overlong_penalty)
                        for rw, s in zip(rewards, flat)]
         return Round(
-            prompt_ids=[self.tokenizer(x, add_special_tokens=self.add_special)["input_ids"]
-                        for x in texts],
+            prompt_ids=encode_prompts(self.tokenizer, texts),
             token_ids=[list(s.token_ids) for s in flat], rewards=list(rewards),
             correct=list(correct), truncated=[s.finish_reason == "length" for s in flat],
             logprobs=[s.logprobs for s in flat])

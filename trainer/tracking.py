@@ -20,8 +20,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from eval.files import read_run_id, write_atomic
-from eval.tracking import (
+from common.tracking import (
     PENDING_FILE,
     RUN_ID_FILE,
     client,
@@ -29,6 +28,7 @@ from eval.tracking import (
     mark_pending,
     short_error,
 )
+from eval.files import read_run_id, write_atomic
 
 log = logging.getLogger(__name__)
 

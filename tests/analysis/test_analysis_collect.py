@@ -142,7 +142,7 @@ def test_metric_registry_covers_canonical_names():
 
 def test_every_key_evaluation_writes_has_metadata():
     """error_rate is produced by evaluation; metric_meta("error_rate") used to raise."""
-    from eval.grading import GradeResult
+    from common.grading import GradeResult
     from eval.metrics import summarize_scorer
 
     grades = [[GradeResult(extracted="1", correct=True, status="ok"),

@@ -1,5 +1,5 @@
-"""Sampler tests on the tiny checkpoint (transformers); the vLLM sampler is tested for real in
-tests/vllm/."""
+"""The `hf` generation engine (common.generation) on the tiny checkpoint; the `vllm` engine is
+tested for real in tests/vllm/."""
 
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from eval.prompts import build_prompt, render
-from eval.samplers import (
-    HFSampler,
-    Sample,
-    check_checkpoint,
+from common.generation import EngineOptions, Sample, check_checkpoint, get_engine, start_engine
+from common.generation.hf import (
+    HFEngine,
     checkpoint_defaults_ignored,
-    get_sampler,
     hf_generate,
     sampling_generation_config,
 )
+from common.prompts import adds_special_tokens, build_prompt, encode_prompts, render
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +86,50 @@ def test_chat_template_and_raw_prompts(tiny_checkpoint):
     assert build_prompt("What is 3?", "dapo", tok) == render("What is 3?", "dapo")
 
 
-def test_hf_sampler_and_registry(tiny_checkpoint):
-    sampler = get_sampler("hf", tiny_checkpoint, device="cpu")
-    assert isinstance(sampler, HFSampler)
-    out = sampler.sample(["x"], n=2, temperature=1.0, top_p=0.9, max_new_tokens=3, seed=0)
+def test_one_tokenization_rule(tiny_checkpoint):
+    """Chat-formatted text already carries its special tokens: no second BOS; without a chat
+    template the tokenizer's default applies."""
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    chat = build_prompt("What is 3?", "dapo", tok)
+    assert not adds_special_tokens(tok)
+    assert encode_prompts(tok, [chat]) == [tok(chat, add_special_tokens=False)["input_ids"]]
+    tok.chat_template = None
+    assert adds_special_tokens(tok)
+    assert encode_prompts(tok, ["x"]) == [tok("x")["input_ids"]]
+
+
+def test_hf_engine_and_registry(tiny_checkpoint):
+    engine = start_engine("hf", tiny_checkpoint, EngineOptions(device="cpu"))
+    assert isinstance(engine, HFEngine) and get_engine("hf") is HFEngine
+    out = engine.generate(["x"], n=2, temperature=1.0, top_p=0.9, max_new_tokens=3, seed=0)
     assert len(out) == 1 and len(out[0]) == 2
-    with pytest.raises(ValueError, match="backend='jax' is not registered"):
-        get_sampler("jax", tiny_checkpoint)
+    with pytest.raises(ValueError, match="engine 'jax' is not registered"):
+        start_engine("jax", tiny_checkpoint, EngineOptions())
+
+
+def test_hf_engine_load_weights_swaps_and_checks(tiny_checkpoint, tmp_path):
+    """Weights loaded from another checkpoint give that checkpoint's samples; a partial or
+    foreign set of weights is refused."""
+    other = tmp_path / "other"
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(other)
+    AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(other)
+    kw = {"n": 2, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 3}
+    opts = EngineOptions(device="cpu")
+    fresh = start_engine("hf", other, opts).generate(["Compute 1 + 2."], **kw)
+    engine = start_engine("hf", tiny_checkpoint, opts)
+    before = engine.generate(["Compute 1 + 2."], **kw)
+    engine.load_checkpoint(other)
+    assert engine.generate(["Compute 1 + 2."], **kw) == fresh != before
+    state = dict(model.state_dict())
+    state.pop("model.norm.weight")
+    with pytest.raises(ValueError, match="model.norm.weight"):
+        engine.load_weights(state.items())
+    with pytest.raises(ValueError, match="not in the LlamaForCausalLM state dict"):
+        engine.load_weights([("no.such.weight", torch.zeros(1))])
 
 
 def test_check_checkpoint_errors(tmp_path, tiny_checkpoint):
