@@ -80,6 +80,9 @@ class EvalSpec(Strict):
     seed: int = 0
     initial: bool = Field(True, description="also evaluate the initial model (step 0) once "
                           "per benchmark, when it is a local directory: the report's baseline")
+    group: Literal["run", "checkpoint"] = Field(
+        "run", description="one evaluation job per run (all its checkpoints x benchmarks, one "
+        "engine start-up, after training) or per checkpoint (all benchmarks; jobs run in parallel)")
 
     @field_validator("steps")
     @classmethod

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from eval.tracking import PENDING_FILE, client, ensure_experiment, mark_pending, short_error
+from common.tracking import PENDING_FILE, client, ensure_experiment, mark_pending, short_error
 
 from .spec import SweepConfig
 
