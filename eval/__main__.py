@@ -170,11 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary["scorers"], indent=2))
         return 0
 
-    from eval.run import execute_all, prepare  # heavy imports only when evaluating
+    from eval.run import check_shared_engine, execute_all, prepare  # heavy: only to evaluate
 
     args = eval_parser().parse_args(argv)
     try:
         prepared = [prepare(cfg) for cfg in eval_configs(args)]
+        check_shared_engine(prepared)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from common import grading, tracking
 from common.generation import ENGINES, Engine, EngineOptions, Sample, start_engine
-from common.generation.base import check_checkpoint
+from common.generation.base import check_checkpoint, check_same_architecture
 from common.prompts import TEMPLATES, build_prompt
 from eval import metrics
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
@@ -314,21 +314,27 @@ def evaluate(cfg: EvalConfig) -> dict:
     return execute(prepare(cfg))
 
 
+def check_shared_engine(prepared: list[Prepared]) -> None:
+    """Raise ValueError unless one engine can serve every evaluation: the same engine
+    settings (backend, dtype, device, batch size, seed) and checkpoints of one architecture.
+    Runs before any weights load."""
+    if not prepared:
+        return
+    first = prepared[0]
+    for prep in prepared[1:]:
+        for key in ("backend", "dtype", "device", "batch_size", "seed"):
+            if getattr(prep.cfg, key) != getattr(first.cfg, key):
+                raise ValueError(f"evaluations sharing one engine need the same {key}: "
+                                 f"{getattr(first.cfg, key)!r} vs {getattr(prep.cfg, key)!r}")
+        if prep.checkpoint != first.checkpoint:
+            check_same_architecture(first.checkpoint, prep.checkpoint)
+
+
 def execute_all(prepared: list[Prepared]) -> list[dict]:
     """Run prepared evaluations with one engine start-up: checkpoint by checkpoint (in the
     order given), every benchmark of a checkpoint before its weights are swapped out.
-
-    All must share the engine settings (backend, dtype, device, batch size, seed): they are
-    one engine's. Returns the summaries in the order run.
-    """
-    if not prepared:
-        return []
-    first = prepared[0].cfg
-    for prep in prepared[1:]:
-        for key in ("backend", "dtype", "device", "batch_size", "seed"):
-            if getattr(prep.cfg, key) != getattr(first, key):
-                raise ValueError(f"evaluations sharing one engine need the same {key}: "
-                                 f"{getattr(first, key)!r} vs {getattr(prep.cfg, key)!r}")
+    Returns the summaries in the order run."""
+    check_shared_engine(prepared)
     by_checkpoint: dict[Path, list[Prepared]] = {}
     for prep in prepared:
         by_checkpoint.setdefault(prep.checkpoint, []).append(prep)
@@ -336,7 +342,7 @@ def execute_all(prepared: list[Prepared]) -> list[dict]:
     summaries = []
     for checkpoint, preps in by_checkpoint.items():
         if engine is None:
-            engine = start_engine(first.backend, checkpoint, engine_options(first))
+            engine = start_engine(preps[0].cfg.backend, checkpoint, engine_options(preps[0].cfg))
         else:
             engine.load_checkpoint(checkpoint)
         summaries.extend(execute(prep, engine) for prep in preps)

@@ -13,16 +13,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Package -> layer; a module may import packages on strictly lower layers (and its own).
 LAYERS = {"algorithms": 0, "common": 1, "trainer": 2, "eval": 2, "sweep": 3, "analysis": 3}
+# (package, module) edges allowed for now: eval/files.py (atomic writes, run-id files) moves to
+# common/files.py in a separate change; delete this entry when it has.
+NOT_YET_MOVED = {("trainer", "eval.files")}
 
 
-def imported_packages(source: str) -> list[tuple[int, str]]:
-    """(line, top-level package) of every absolute import in `source`."""
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, dotted module name) of every absolute import in `source`."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+            found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module.split(".")[0]))
+            found.append((node.lineno, node.module))
     return found
 
 
@@ -31,7 +34,10 @@ def violations(root: Path = ROOT) -> list[str]:
     bad = []
     for package, layer in LAYERS.items():
         for path in sorted((root / package).rglob("*.py")):
-            for line, target in imported_packages(path.read_text(encoding="utf-8")):
+            for line, module in imported_modules(path.read_text(encoding="utf-8")):
+                target = module.split(".")[0]
+                if (package, module) in NOT_YET_MOVED:
+                    continue
                 if target != package and target in LAYERS and LAYERS[target] >= layer:
                     bad.append(f"{path.relative_to(root)}:{line}: {package} (layer {layer}) "
                                f"imports {target} (layer {LAYERS[target]})")
