@@ -1,4 +1,4 @@
-"""A real `mlflow server --app-name basic-auth` on 127.0.0.1, set up as the README's recipe says,
+"""A real `mlflow server --app-name basic-auth` on 127.0.0.1, set up as docs/mlflow.md's recipe says,
 and a micro sweep (one method, two steps, one toy evaluation) logging into it with the
 credentials in the environment only. Checks: the runs arrived; requests without (or with
 wrong) credentials get 401, another user gets 403, a foreign Host header gets 403; and the
@@ -87,7 +87,7 @@ def server(tmp_path_factory):
             cwd=home, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until_up(proc, url, log)
-        # The README's way to add a user: the auth client, admin credentials from the environment.
+        # docs/mlflow.md's way to add a user: the auth client, admin credentials from the environment.
         from mlflow.server import get_app_client
 
         with pytest.MonkeyPatch.context() as mp:

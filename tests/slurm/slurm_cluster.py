@@ -12,7 +12,7 @@ clash with another one on the same machine. Clients find it through `SLURM_CONF`
     subprocess.run(["sbatch", ...], env=cluster.env)
     cluster.stop()                            # ends the three daemons by PID
 
-A user can bring up the same cluster on a laptop (see README, "Running on SLURM").
+A user can bring up the same cluster on a laptop (see docs/cluster.md, "Try it on a laptop").
 """
 
 from __future__ import annotations

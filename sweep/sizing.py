@@ -1,0 +1,187 @@
+"""Size a sweep's train job before queueing it: per-GPU memory and time per RL step.
+
+    python -m sweep.sizing config/paper.yaml                  # one preset
+    python -m sweep.sizing config/paper.yaml config/paper-2k.yaml --gpu h100   # an overlay
+
+Back-of-envelope arithmetic, not a measurement: it says which term dominates and whether
+a job fits, to within ~30%. Memory per GPU under FSDP2 with N GPUs per job (P parameters):
+fp32 weights 4P/N, fp32 gradients 4P/N, AdamW moments 8P/N, the reference copy (fp32,
+sharded) 4P/N when the schedule keeps one, activations of one micro-batch of
+`max_tokens_per_micro_batch` tokens (with activation checkpointing: each layer's bf16
+input, plus one layer recomputed), and vLLM's colocated share (`vllm_gpu_memory_utilization`
+of the GPU: a full bf16 copy of the weights, TP=1, and the KV cache in the rest).
+Time per step: decoding is memory-bandwidth bound (each generated token reads the weights
+once per decode step, shared by the batch, and its sequence's KV cache); the update is
+compute bound (2P FLOPs per token per forward, 6P forward+backward, +2P recompute).
+The efficiency factors are assumptions, printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What the arithmetic needs of a model (from its config.json)."""
+
+    params: float
+    layers: int
+    hidden: int
+    intermediate: int
+    kv_heads: int
+    head_dim: int
+
+
+# Published config.json values of the presets' models (so sizing works offline).
+ARCHS = {
+    "Qwen/Qwen3-0.6B": Arch(0.60e9, 28, 1024, 3072, 8, 128),
+    "Qwen/Qwen3-1.7B": Arch(1.72e9, 28, 2048, 6144, 8, 128),
+    "Qwen/Qwen3-4B": Arch(4.02e9, 36, 2560, 9728, 8, 128),
+    "Qwen/Qwen2.5-7B": Arch(7.62e9, 28, 3584, 18944, 4, 128),
+    "Qwen/Qwen2.5-7B-Instruct": Arch(7.62e9, 28, 3584, 18944, 4, 128),
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    memory_gib: float
+    bf16_tflops: float  # dense
+    hbm_tb_s: float
+
+
+GPUS = {"h100": Gpu(80, 989, 3.35), "h200": Gpu(141, 989, 4.8), "a100": Gpu(80, 312, 2.0)}
+MFU = 0.35  # share of peak FLOPs a training step reaches (bf16, FSDP2, checkpointing)
+MBU = 0.6  # share of peak bandwidth a decode step reaches
+MEAN_RESPONSE = 0.5  # mean response length / max_new_tokens (--mean-response)
+PROMPT_TOKENS = 200  # mean prompt length (DAPO-Math-17k with the template)
+
+
+def _arch(path: str) -> Arch:
+    config = Path(path) / "config.json"
+    if config.exists():
+        c = yaml.safe_load(config.read_text())  # JSON is YAML
+        heads = c["num_attention_heads"]
+        head_dim = c.get("head_dim") or c["hidden_size"] // heads
+        per_layer = (c["hidden_size"] * (heads + 2 * c.get("num_key_value_heads", heads))
+                     * head_dim + heads * head_dim * c["hidden_size"]
+                     + 3 * c["hidden_size"] * c["intermediate_size"])
+        params = c["num_hidden_layers"] * per_layer + c["vocab_size"] * c["hidden_size"]
+        return Arch(params, c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"],
+                    c.get("num_key_value_heads", heads), head_dim)
+    if path not in ARCHS:
+        raise SystemExit(f"sweep.sizing: base.model.path={path!r} is neither a local model "
+                         f"directory nor one of {sorted(ARCHS)}; add its shape to ARCHS")
+    return ARCHS[path]
+
+
+def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
+             mean_response: float = MEAN_RESPONSE) -> dict[str, float]:
+    """Per-GPU GiB of each memory term, and seconds per RL step (rollout, update)."""
+    arch = _arch(base["model"]["path"])
+    rollout, optim = base.get("rollout", {}), base.get("optim", {})
+    p, n_gpu = arch.params, max(gpus, 1)
+    tokens_mb = optim.get("max_tokens_per_micro_batch") or 8192
+    layer_act = 2 * (10 * arch.hidden + 4 * arch.intermediate)  # bytes per token, bf16
+    ckpt = base["model"].get("gradient_checkpointing", False)
+    act = tokens_mb * (arch.layers * arch.hidden * 2 + layer_act if ckpt
+                       else arch.layers * layer_act)
+    util = rollout.get("vllm_gpu_memory_utilization", 0.35)
+    memory = {"weights": 4 * p / n_gpu, "grads": 4 * p / n_gpu, "adamw": 8 * p / n_gpu,
+              "reference": 4 * p / n_gpu if keeps_reference else 0.0, "activations": act,
+              "vllm": util * gpu.memory_gib * GiB}
+    new_tokens = rollout.get("max_new_tokens", 8192) * mean_response
+    prompts = rollout.get("gen_prompts_per_round") or rollout.get("prompts_per_step", 8)
+    sequences = prompts * rollout.get("n", 8) / n_gpu  # each rank decodes its share
+    kv_per_token = 2 * arch.layers * arch.kv_heads * arch.head_dim * 2
+    kv_budget = memory["vllm"] - 2 * p
+    concurrent = max(1.0, min(sequences, kv_budget / (kv_per_token * (PROMPT_TOKENS + new_tokens))))
+    mean_context = PROMPT_TOKENS + new_tokens / 2
+    step_bytes = 2 * p + concurrent * kv_per_token * mean_context  # one decode step
+    decode_steps = new_tokens * sequences / concurrent
+    rollout_s = decode_steps * step_bytes / (gpu.hbm_tb_s * 1e12 * MBU)
+    train_tokens = (rollout.get("prompts_per_step", 8) * rollout.get("n", 8)
+                    * (PROMPT_TOKENS + new_tokens))
+    flops = train_tokens * p * (2 + (8 if ckpt else 6))  # old-logprob forward + update
+    update_s = flops / (n_gpu * gpu.bf16_tflops * 1e12 * MFU)
+    out = {k: v / GiB for k, v in memory.items()}
+    # Gradients are freed and vLLM sleeps (weights offloaded, KV discarded) in turn, so the
+    # peak holds the persistent states plus the larger of the two phases.
+    out["total"] = (out["weights"] + out["adamw"] + out["reference"]
+                    + max(out["grads"] + out["activations"], out["vllm"]))
+    out["kv_cache"] = kv_budget / GiB
+    out["rollout_min"], out["update_min"] = rollout_s / 60, update_s / 60
+    return out
+
+
+def load(paths: list[str]) -> dict:
+    """The merged sweep file(s), overlays last (as `snakemake --configfile a b` merges)."""
+    from sweep.runconfig import merged
+
+    data: dict = {}
+    for path in paths:
+        data = merged(data, yaml.safe_load(Path(path).read_text()) or {})
+    return data
+
+
+def table(rows: list[tuple[str, dict]], gpu_name: str, mean_response: float) -> str:
+    head = ("| preset | GPUs/job | weights | grads | AdamW | reference | activations | "
+            "vLLM (KV) | peak / GPU | rollout / step | update / step | whole run |")
+    lines = [head, "|" + "---|" * 12]
+    for name, r in rows:
+        hours = r["steps"] * (r["rollout_min"] + r["update_min"]) / 60
+        lines.append(
+            f"| {name} | {r['gpus']} | {r['weights']:.1f} | {r['grads']:.1f} | "
+            f"{r['adamw']:.1f} | {r['reference']:.1f} | {r['activations']:.1f} | "
+            f"{r['vllm']:.0f} ({r['kv_cache']:.0f}) | {r['total']:.0f} GiB | "
+            f"{r['rollout_min']:.1f} min | {r['update_min']:.1f} min | "
+            f"{hours:.0f} h ({r['steps']} steps) |")
+    lines.append(f"\nGiB per GPU on {gpu_name}; peak = weights + AdamW + reference + max(grads "
+                 f"+ activations, vLLM). MFU {MFU}, decode bandwidth use {MBU}, mean response "
+                 f"{mean_response} x max_new_tokens, prompts {PROMPT_TOKENS} tokens; one "
+                 "generation round of gen_prompts_per_round prompts per step.")
+    return "\n".join(lines)
+
+
+# The shipped presets (file, then overlays), for `--all` and the cluster docs' table.
+PRESETS = [("config/paper.yaml",), ("config/paper.yaml", "config/paper-4k.yaml"),
+           ("config/paper.yaml", "config/paper-2k.yaml"),
+           ("config/paper.yaml", "config/paper-qwen25-7b.yaml"), ("config/single-gpu.yaml",)]
+
+
+def preset_row(paths, gpu: Gpu, mean_response: float = MEAN_RESPONSE) -> tuple[str, dict]:
+    data = load(list(paths))
+    gpus = data.get("resources", {}).get("train", {}).get("gpus", 1)
+    # GRPO-style methods keep a fixed reference copy; the RPG methods' reference is the
+    # rollout policy (no copy). Size for the larger when a sweep mixes both.
+    keeps_reference = any(m.startswith(("GRPO", "REINFORCE")) for m in data.get("methods", []))
+    row = estimate(data["base"], gpus, gpu, keeps_reference, mean_response)
+    row["gpus"], row["steps"] = gpus, data["base"].get("optim", {}).get("steps", 100)
+    return data.get("name", paths[0]), row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweep.sizing", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="*", help="sweep file, then overlays")
+    parser.add_argument("--all", action="store_true", help="every shipped preset")
+    parser.add_argument("--gpu", choices=sorted(GPUS), default="h100")
+    parser.add_argument("--mean-response", type=float, default=MEAN_RESPONSE,
+                        help="mean response length as a share of max_new_tokens")
+    args = parser.parse_args(argv)
+    if not args.all and not args.configs:
+        parser.error("give a sweep file (and overlays), or --all")
+    presets = PRESETS if args.all else [tuple(args.configs)]
+    rows = [preset_row(p, GPUS[args.gpu], args.mean_response) for p in presets]
+    print(table(rows, args.gpu, args.mean_response))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""`python -m sweep.sizing`: the memory terms are the documented formulas, and every shipped
+preset fits its GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sweep.sizing import GPUS, PRESETS, GiB, estimate, preset_row
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    config = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64,
+              "intermediate_size": 128, "num_hidden_layers": 3, "vocab_size": 100}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_memory_terms_are_the_fsdp2_formulas(model_dir):
+    # Per layer: q (64 x 4*16) + k, v (64 x 2*16 each) + o (4*16 x 64) + MLP 3 x 64 x 128.
+    per_layer = 64 * (4 + 2 * 2) * 16 + 4 * 16 * 64 + 3 * 64 * 128
+    params = 3 * per_layer + 100 * 64
+    base = {"model": {"path": str(model_dir), "gradient_checkpointing": True},
+            "rollout": {"vllm_gpu_memory_utilization": 0.5},
+            "optim": {"max_tokens_per_micro_batch": 1000}}
+    gpu = GPUS["h100"]
+    r = estimate(base, gpus=4, gpu=gpu, keeps_reference=True)
+    assert r["weights"] * GiB == pytest.approx(4 * params / 4)
+    assert r["grads"] * GiB == pytest.approx(4 * params / 4)
+    assert r["adamw"] * GiB == pytest.approx(8 * params / 4)
+    assert r["reference"] * GiB == pytest.approx(4 * params / 4)
+    # checkpointed: every layer's bf16 input plus one layer's activations, per token
+    assert r["activations"] * GiB == pytest.approx(1000 * (3 * 64 * 2 + 2 * (10 * 64 + 4 * 128)))
+    assert r["vllm"] == pytest.approx(0.5 * gpu.memory_gib)
+    assert r["total"] == pytest.approx(r["weights"] + r["adamw"] + r["reference"]
+                                       + max(r["grads"] + r["activations"], r["vllm"]))
+    no_ref = estimate(base, gpus=4, gpu=gpu, keeps_reference=False)
+    assert no_ref["reference"] == 0
+
+
+@pytest.mark.parametrize("paths", PRESETS, ids=lambda p: "+".join(p))
+def test_every_shipped_preset_fits_an_80gb_gpu(paths):
+    name, row = preset_row(paths, GPUS["h100"])
+    assert row["total"] < GPUS["h100"].memory_gib, (name, row)
+    assert row["rollout_min"] > 0 and row["update_min"] > 0
