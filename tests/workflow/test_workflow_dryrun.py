@@ -16,6 +16,8 @@ SHIPPED = {
                                "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
     ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
                              "paper_figures": 1, "report": 1, "all": 1},
+    ("config/single-gpu.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
+                                  "paper_figures": 1, "report": 1, "all": 1},
     ("config/paper.yaml", "config/paper-4k.yaml"): {"run_config": 8, "train": 8, "evaluate_run": 8,
                                                     "audit": 1, "paper_figures": 1, "report": 1,
                                                     "all": 1},
