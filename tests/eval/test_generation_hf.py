@@ -3,6 +3,7 @@ tested for real in tests/vllm/."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -218,3 +219,41 @@ def test_hf_generate_hits_tokens_outside_the_top_k_at_the_softmax_rate(opinionat
     outside = sum(s.token_ids[0] not in top3 for s in samples)
     sigma = (n * p_out * (1 - p_out)) ** 0.5
     assert abs(outside - n * p_out) <= 5 * sigma, (outside, n * p_out, sigma)
+
+
+def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
+    """The recipe in docs/evaluation.md: subclass Engine, set `name`, register it; the
+    evaluation then runs on it by name (here a greedy-only engine built on transformers)."""
+    from common.generation import ENGINES, Engine, register_engine
+    from eval.run import EvalConfig, evaluate
+
+    @register_engine
+    class GreedyOnly(Engine):
+        name = "greedy-only"
+
+        def __init__(self, inner):
+            self.inner, self.tokenizer = inner, inner.tokenizer
+
+        @classmethod
+        def from_checkpoint(cls, path, options):
+            return cls(HFEngine.from_checkpoint(path, options))
+
+        def generate(self, prompts, *, n, temperature, top_p, max_new_tokens, seed):
+            return self.inner.generate(prompts, n=n, temperature=0.0, top_p=top_p,
+                                       max_new_tokens=max_new_tokens, seed=seed)
+
+        def load_weights(self, weights):
+            self.inner.load_weights(weights)
+
+    try:
+        cfg = EvalConfig(checkpoint=str(tiny_checkpoint), benchmark="toy", limit=2, n=2,
+                         max_new_tokens=4, backend="greedy-only", device="cpu",
+                         out=str(tmp_path), progress=False)
+        summary = evaluate(cfg)
+        assert summary["sampling"]["backend"] == "greedy-only"
+        rows = [json.loads(x) for x in (tmp_path / "toy.jsonl").read_text().splitlines()]
+        assert rows[0]["completion"] == rows[1]["completion"]  # greedy: both samples agree
+    finally:
+        ENGINES.pop("greedy-only")
+    with pytest.raises(ValueError, match="backend='greedy-only' is not registered"):
+        EvalConfig(checkpoint="c", benchmark="toy", out="o", backend="greedy-only")
