@@ -1,13 +1,19 @@
-"""Command line: evaluate a checkpoint on a benchmark, or convert lighteval results.
+"""Command line: evaluate checkpoints on benchmarks, or convert lighteval results.
 
     python -m eval --checkpoint DIR --benchmark aime24 --n 32 --temperature 1.0 \\
         --top-p 1.0 --max-new-tokens 8192 --template dapo --backend vllm --out DIR
-    python -m eval --checkpoint DIR --benchmark aime24 --benchmark-file data/aime24.jsonl \\
-        --n 4 --max-new-tokens 256 --backend hf --limit 5 --out /tmp/look
+    python -m eval --checkpoint run/checkpoints/step_40 run/checkpoints/step_80 \\
+        --benchmark toy aime24 --benchmark-file aime24=data/aime24.jsonl --limit aime24=5 \\
+        --backend hf --out 'run/eval/step_{step}'
     python -m eval convert-lighteval RESULTS.json --out SUMMARY.json [--benchmark aime24]
 
 `--out DIR` receives <benchmark>.jsonl (one record per sample) and <benchmark>.json (the
-summary). Exit status 2 with a one-line message for bad input (before any generation).
+summary); with several checkpoints it must hold `{step}`, replaced by each checkpoint's
+step. Several checkpoints and benchmarks share one engine start-up: the weights are swapped
+per checkpoint, and the files are identical to evaluating each pair in its own process.
+Defaults are EvalConfig's (eval/run.py), the choices the registries' (templates, scorers,
+engines, benchmarks). Exit status 2 with a one-line message for bad input, before any
+generation.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from common.files import read_run_id
+from common.generation import ENGINES
+from common.grading import SCORERS
+from common.prompts import TEMPLATES
 from eval.benchmarks import BENCHMARKS
-from eval.grading import DEFAULT_TIMEOUT_S, SCORERS
-from eval.prompts import TEMPLATES
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -34,30 +41,44 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def eval_parser() -> argparse.ArgumentParser:
+    from eval.run import EvalConfig  # the one owner of every default below
+
+    def default(name: str):
+        return EvalConfig.model_fields[name].get_default(call_default_factory=True)
+
     p = argparse.ArgumentParser(
         prog="python -m eval",
-        description="Mean@n / pass@k / maj@k of a checkpoint on a math benchmark, graded by "
+        description="Mean@n / pass@k / maj@k of checkpoints on math benchmarks, graded by "
         "the DAPO scorer and math-verify. Subcommand: convert-lighteval.",
     )
-    p.add_argument("--checkpoint", required=True, help="HF checkpoint dir (weights+tokenizer)")
-    p.add_argument("--benchmark", required=True, choices=list(BENCHMARKS))
-    p.add_argument("--out", required=True, help="output dir for <bench>.jsonl and <bench>.json")
-    p.add_argument("--n", type=int, default=32, help="samples per problem (Mean@n)")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=8192)
-    p.add_argument("--template", default="dapo", choices=list(TEMPLATES))
-    p.add_argument("--backend", default="hf", choices=["hf", "vllm"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--step", type=int, default=None, help="training step (default: from step_N)")
-    p.add_argument("--benchmark-file", default=None, help="local JSONL/parquet instead of hub")
-    p.add_argument("--scorers", type=_csv, default=SCORERS, help="comma list: dapo,math_verify")
+    p.add_argument("--checkpoint", required=True, nargs="+", action="extend",
+                   help="HF checkpoint dir(s) (weights+tokenizer); several: one engine start-up")
+    p.add_argument("--benchmark", required=True, nargs="+", action="extend",
+                   choices=list(BENCHMARKS))
+    p.add_argument("--out", required=True, help="output dir for <bench>.jsonl and <bench>.json;"
+                   " with several checkpoints it holds {step}")
+    p.add_argument("--n", type=int, default=default("n"), help="samples per problem (Mean@n)")
+    p.add_argument("--temperature", type=float, default=default("temperature"))
+    p.add_argument("--top-p", type=float, default=default("top_p"))
+    p.add_argument("--max-new-tokens", type=int, default=default("max_new_tokens"))
+    p.add_argument("--template", default=default("template"), choices=list(TEMPLATES))
+    p.add_argument("--backend", default=default("backend"), choices=list(ENGINES))
+    p.add_argument("--seed", type=int, default=default("seed"))
+    p.add_argument("--step", type=int, default=None,
+                   help="training step (default: from step_N; one checkpoint only)")
+    p.add_argument("--benchmark-file", action="append", default=[],
+                   help="local JSONL/parquet instead of hub: PATH (one benchmark) or BENCH=PATH")
+    p.add_argument("--scorers", type=_csv, default=default("scorers"),
+                   help=f"comma list of {','.join(SCORERS)}")
     p.add_argument("--ks", type=_ints, default=None, help="pass@k/maj@k ks (default 1,2,4..n)")
-    p.add_argument("--batch-size", type=int, default=64, help="hf backend: rows per generate")
-    p.add_argument("--limit", type=int, default=None, help="first N problems only")
-    p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="math_verify/item")
-    p.add_argument("--device", default="auto", help="hf backend: cpu, cuda, auto")
-    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    p.add_argument("--batch-size", type=int, default=default("batch_size"),
+                   help="hf backend: rows per generate")
+    p.add_argument("--limit", action="append", default=[],
+                   help="first N problems only: N (every benchmark) or BENCH=N")
+    p.add_argument("--timeout-s", type=float, default=default("timeout_s"),
+                   help="math_verify/item")
+    p.add_argument("--device", default=default("device"), help="hf backend: cpu, cuda, auto")
+    p.add_argument("--dtype", default=default("dtype"), help="auto, float32, bfloat16, float16")
     p.add_argument("--mlflow-uri", default=None)
     p.add_argument("--mlflow-run-id", default=None)
     p.add_argument("--mlflow-run-id-file", default=None,
@@ -66,6 +87,61 @@ def eval_parser() -> argparse.ArgumentParser:
                    " means no MLflow logging, noted in <run>/mlflow_pending for a later sync")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
+
+
+def per_benchmark(values: list[str], benchmarks: list[str], flag: str) -> dict[str, str]:
+    """`--flag VALUE` (every benchmark) or `--flag BENCH=VALUE` (repeatable) -> bench: value."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if sep and name in BENCHMARKS:
+            if name not in benchmarks:
+                raise ValueError(f"{flag} {value}: {name} is not among --benchmark {benchmarks}")
+            out[name] = rest
+        elif flag == "--benchmark-file" and len(benchmarks) > 1:
+            raise ValueError(f"{flag} {value}: with several benchmarks write BENCH=PATH "
+                             f"(one of {benchmarks})")
+        else:
+            out.update(dict.fromkeys(benchmarks, value))
+    return out
+
+
+def eval_configs(args: argparse.Namespace) -> list:
+    """One EvalConfig per (checkpoint, benchmark), checkpoint-major (raises ValueError /
+    pydantic ValidationError on bad input)."""
+    from eval.run import EvalConfig, infer_step
+
+    options = vars(args).copy()
+    checkpoints = list(dict.fromkeys(options.pop("checkpoint")))
+    benchmarks = list(dict.fromkeys(options.pop("benchmark")))
+    files = per_benchmark(options.pop("benchmark_file"), benchmarks, "--benchmark-file")
+    limits = per_benchmark(options.pop("limit"), benchmarks, "--limit")
+    out = options.pop("out")
+    if len(checkpoints) > 1 and "{step}" not in out:
+        raise ValueError(f"--out {out}: with {len(checkpoints)} checkpoints it must hold "
+                         "{step} (e.g. run/eval/step_{step})")
+    if len(checkpoints) > 1 and options["step"] is not None:
+        raise ValueError("--step names one checkpoint's step; with several, each step comes "
+                         "from its step_N directory")
+    id_file = options.pop("mlflow_run_id_file")
+    if id_file and not options["mlflow_run_id"]:
+        options["mlflow_run_id"] = read_run_id(id_file)
+        # the run directory: where a failed mirror is noted for `python -m sweep mlflow-sync`
+        options["mlflow_pending_dir"] = str(Path(id_file).parent)
+    configs = []
+    for checkpoint in checkpoints:
+        step = options["step"] if options["step"] is not None else infer_step(checkpoint)
+        if "{step}" in out and step is None:
+            raise ValueError(f"--out {out}: {checkpoint} is not a step_N directory; pass --step")
+        for bench in benchmarks:
+            limit = limits.get(bench)
+            if limit is not None and not limit.lstrip("-").isdigit():
+                raise ValueError(f"--limit {limit}: give an integer N or BENCH=N")
+            configs.append(EvalConfig(
+                **options, checkpoint=checkpoint, benchmark=bench,
+                out=out.replace("{step}", str(step)), benchmark_file=files.get(bench),
+                limit=int(limit) if limit is not None else None))
+    return configs
 
 
 def convert_parser() -> argparse.ArgumentParser:
@@ -94,17 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary["scorers"], indent=2))
         return 0
 
-    from eval.run import EvalConfig, execute, prepare  # heavy imports only when evaluating
+    from eval.run import check_shared_engine, execute_all, prepare  # heavy: only to evaluate
 
     args = eval_parser().parse_args(argv)
-    options = vars(args)
-    id_file = options.pop("mlflow_run_id_file")
-    if id_file and not options["mlflow_run_id"]:
-        options["mlflow_run_id"] = read_run_id(id_file)
-        # the run directory: where a failed mirror is noted for `python -m sweep mlflow-sync`
-        options["mlflow_pending_dir"] = str(Path(id_file).parent)
     try:
-        prepared = prepare(EvalConfig(**options))
+        prepared = [prepare(cfg) for cfg in eval_configs(args)]
+        check_shared_engine(prepared)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"
@@ -113,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    summary = execute(prepared)
-    brief = {name: round(v["mean"], 4) for name, v in summary["scorers"].items()}
-    print(f"{summary['benchmark']} step={summary['step']} mean@{args.n}: {brief}")
+    for summary in execute_all(prepared):
+        brief = {name: round(v["mean"], 4) for name, v in summary["scorers"].items()}
+        print(f"{summary['benchmark']} step={summary['step']} mean@{args.n}: {brief}")
     return 0
 
 

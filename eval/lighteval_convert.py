@@ -34,8 +34,8 @@ import venv
 from pathlib import Path
 
 from common.files import write_atomic
+from common.prompts import render
 from eval.benchmarks import load_benchmark
-from eval.prompts import render
 
 SCORER = "lighteval_math_verify"
 _MEAN = (re.compile(r"avg@n:n=(\d+)"), re.compile(r"(?:math_)?pass@1:(\d+)_samples"))

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from eval.grading import GradeResult
+from common.grading import GradeResult
 
 BOOTSTRAP_RESAMPLES = 2000
 

@@ -1,16 +1,21 @@
-"""One evaluation: (checkpoint, benchmark) -> per-sample JSONL + summary JSON.
+"""Evaluation: (checkpoint, benchmark) -> per-sample JSONL + summary JSON, for many
+checkpoints and benchmarks with one engine start-up.
 
     python -m eval --checkpoint results/x/runs/r/checkpoints/step_40 --benchmark aime24 \\
         --n 32 --max-new-tokens 8192 --backend vllm --out results/x/runs/r/eval/step_40
 
-Order of work: validate the config, load the benchmark, check the checkpoint (so a bad
-file, a missing tokenizer or n < k fails before any weights load), sample, grade every
-sample with every scorer, summarize, write both files atomically, optionally mirror the
-summary into MLflow. Same inputs and seed give byte-identical files (no timestamps).
+Order of work: validate every (checkpoint, benchmark) config, load every benchmark, check
+every checkpoint (so a bad file, a missing tokenizer or n < k fails before any weights
+load); then start the engine once on the first checkpoint and, checkpoint by checkpoint,
+swap its weights in (`Engine.load_checkpoint`) and for each benchmark sample, grade with
+every scorer, summarize, write both files atomically, optionally mirror the summary into
+MLflow. Same inputs and seed give byte-identical files (no timestamps), whether a
+checkpoint is evaluated alone or after others in the same process.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -18,16 +23,17 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
+from common import grading, tracking
 from common.files import write_atomic
-from eval import grading, metrics, tracking
+from common.generation import ENGINES, Engine, EngineOptions, Sample, start_engine
+from common.generation.base import check_checkpoint, check_same_architecture
+from common.prompts import TEMPLATES, build_prompt
+from eval import metrics
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
-from eval.prompts import TEMPLATES, build_prompt
-from eval.samplers import Sample, check_checkpoint, get_sampler
 
 
 class EvalConfig(BaseModel):
@@ -42,8 +48,8 @@ class EvalConfig(BaseModel):
     temperature: float = Field(1.0, ge=0.0)  # 0 = greedy
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(8192, ge=1)  # always explicit (vLLM defaults to 16)
-    template: str = "dapo"  # prompt template in eval.prompts.TEMPLATES
-    backend: Literal["hf", "vllm"] = "hf"
+    template: str = "dapo"  # prompt template in common.prompts.TEMPLATES
+    backend: str = "hf"  # generation engine in common.generation.ENGINES
     seed: int = 0  # sampling seed and bootstrap seed
     step: int | None = None  # training step recorded in the summary (null: not a run)
     benchmark_file: str | None = None  # local JSONL/parquet instead of the hub source
@@ -73,6 +79,13 @@ class EvalConfig(BaseModel):
             raise ValueError(f"template={v!r} is not registered; choose one of {list(TEMPLATES)}")
         return v
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        if v not in ENGINES:
+            raise ValueError(f"backend={v!r} is not registered; choose one of {list(ENGINES)}")
+        return v
+
     @field_validator("scorers")
     @classmethod
     def _known_scorers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -95,6 +108,7 @@ def infer_step(checkpoint: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+@functools.cache
 def model_sha256(path: Path) -> str:
     """sha256 over the weight files (name + content), in name order. Cost: reads every
     weight byte once (~seconds per GB)."""
@@ -244,20 +258,23 @@ def prepare(cfg: EvalConfig) -> Prepared:
     return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt))
 
 
-def execute(prep: Prepared) -> dict:
-    """Sample, grade, summarize and write one prepared evaluation; returns the summary."""
+def engine_options(cfg: EvalConfig) -> EngineOptions:
+    """What the engine is started with; the same for every evaluation it serves."""
+    return EngineOptions(dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
+                         batch_size=cfg.batch_size, progress=cfg.progress)
+
+
+def execute(prep: Prepared, engine: Engine | None = None) -> dict:
+    """Sample, grade, summarize and write one prepared evaluation; returns the summary.
+    `engine` must hold `prep.checkpoint`'s weights; None starts one for it."""
     cfg, bench = prep.cfg, prep.bench
     out = Path(cfg.out)
 
     # -- sample --
-    kwargs = {"progress": cfg.progress, "dtype": cfg.dtype}
-    if cfg.backend == "hf":
-        kwargs.update(device=cfg.device, batch_size=cfg.batch_size)
-    else:
-        kwargs.update(seed=cfg.seed)
-    sampler = get_sampler(cfg.backend, prep.checkpoint, **kwargs)
-    prompts = [build_prompt(p["problem"], cfg.template, sampler.tokenizer) for p in bench.problems]
-    samples = sampler.sample(
+    if engine is None:
+        engine = start_engine(cfg.backend, prep.checkpoint, engine_options(cfg))
+    prompts = [build_prompt(p["problem"], cfg.template, engine.tokenizer) for p in bench.problems]
+    samples = engine.generate(
         prompts,
         n=cfg.n,
         temperature=cfg.temperature,
@@ -295,3 +312,38 @@ def _note_pending(cfg: EvalConfig, reason: str) -> None:
 def evaluate(cfg: EvalConfig) -> dict:
     """Run one evaluation as configured; returns the summary (also written to disk)."""
     return execute(prepare(cfg))
+
+
+def check_shared_engine(prepared: list[Prepared]) -> None:
+    """Raise ValueError unless one engine can serve every evaluation: the same engine
+    settings (backend, dtype, device, batch size, seed) and checkpoints of one architecture.
+    Runs before any weights load."""
+    if not prepared:
+        return
+    first = prepared[0]
+    for prep in prepared[1:]:
+        for key in ("backend", "dtype", "device", "batch_size", "seed"):
+            if getattr(prep.cfg, key) != getattr(first.cfg, key):
+                raise ValueError(f"evaluations sharing one engine need the same {key}: "
+                                 f"{getattr(first.cfg, key)!r} vs {getattr(prep.cfg, key)!r}")
+        if prep.checkpoint != first.checkpoint:
+            check_same_architecture(first.checkpoint, prep.checkpoint)
+
+
+def execute_all(prepared: list[Prepared]) -> list[dict]:
+    """Run prepared evaluations with one engine start-up: checkpoint by checkpoint (in the
+    order given), every benchmark of a checkpoint before its weights are swapped out.
+    Returns the summaries in the order run."""
+    check_shared_engine(prepared)
+    by_checkpoint: dict[Path, list[Prepared]] = {}
+    for prep in prepared:
+        by_checkpoint.setdefault(prep.checkpoint, []).append(prep)
+    engine = None
+    summaries = []
+    for checkpoint, preps in by_checkpoint.items():
+        if engine is None:
+            engine = start_engine(preps[0].cfg.backend, checkpoint, engine_options(preps[0].cfg))
+        else:
+            engine.load_checkpoint(checkpoint)
+        summaries.extend(execute(prep, engine) for prep in preps)
+    return summaries

@@ -6,7 +6,7 @@
 For each method: one run of `--steps` steps with the trainer's tiny defaults (the method's
 own loss, advantage and reference schedule from algorithms.METHODS), then held-out
 accuracy = sampled (temperature 1.0) mean accuracy over `--n` samples for each of the 121
-held-out toy problems (`trainer.tasks.toy.problems("test", 121, seed=0)`), dapo scorer. Prints
+held-out toy problems (`common.toy.problems("test", 121, seed=0)`), dapo scorer. Prints
 one table: before, after, gain in points, RL wall time.
 """
 
@@ -20,11 +20,11 @@ from pathlib import Path
 from tabulate import tabulate
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from common import toy
 from trainer.config import parse_run_config
 from trainer.heldout import heldout_accuracy
 from trainer.loop import train
 from trainer.runtime import tune_cpu_runtime
-from trainer.tasks import toy
 from trainer.tiny import TinyConfig, build_tiny
 
 

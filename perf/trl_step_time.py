@@ -45,9 +45,9 @@ def trl(model: str, steps: int, out: Path) -> float:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from eval.grading import grade_many
-    from eval.prompts import build_prompt
-    from trainer.tasks import toy
+    from common import toy
+    from common.grading import grade_many
+    from common.prompts import build_prompt
 
     tok = AutoTokenizer.from_pretrained(model)
     problems = toy.problems("train", 8 * (steps + 1), seed=0)

@@ -102,13 +102,15 @@ def train_slurm_resources(sweep: SweepConfig) -> dict:
             "tasks_per_gpu": 0, "mpi": "srun"}
 
 
-def _eval_args(sweep: SweepConfig, checkpoint: str, out: Path, step: int, bench: str) -> list[str]:
+def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: list[str]
+               ) -> list[str]:
+    """`python -m eval` arguments: every checkpoint x benchmark with one engine start-up;
+    `out` holds {step} when there are several checkpoints."""
     spec = sweep.eval
     args = [
-        "--checkpoint", checkpoint,
-        "--benchmark", bench,
-        "--out", str(out),
-        "--step", str(step),
+        "--checkpoint", *checkpoints,
+        "--benchmark", *benches,
+        "--out", out,
         "--n", str(spec.n),
         "--temperature", str(spec.temperature),
         "--top-p", str(spec.top_p),
@@ -119,17 +121,20 @@ def _eval_args(sweep: SweepConfig, checkpoint: str, out: Path, step: int, bench:
         "--scorers", ",".join(spec.scorers),
         "--no-progress",
     ]
-    if bench in spec.limit:
-        args += ["--limit", str(spec.limit[bench])]
-    if bench in spec.files:
-        args += ["--benchmark-file", spec.files[bench]]
+    for bench in benches:
+        if bench in spec.limit:
+            args += ["--limit", f"{bench}={spec.limit[bench]}"]
+        if bench in spec.files:
+            args += ["--benchmark-file", f"{bench}={spec.files[bench]}"]
     return args
 
 
-def eval_args(sweep: SweepConfig, run_id: str, step: int, bench: str) -> str:
-    """The `python -m eval` arguments for one (run, step, benchmark) job."""
+def eval_args(sweep: SweepConfig, run_id: str, steps: list[int], benches: list[str]) -> str:
+    """The `python -m eval` arguments for one evaluation job: checkpoints `steps` of run
+    `run_id` on `benches` (eval.group: one step per job, or every step of the run)."""
     rdir = run_dir(sweep, run_id)
-    args = _eval_args(sweep, str(rdir.checkpoint(step)), rdir.eval_dir(step), step, bench)
+    checkpoints = [str(rdir.checkpoint(step)) for step in steps]
+    args = _eval_args(sweep, checkpoints, str(rdir.eval_dir("{step}")), benches)
     if sweep.mlflow.enabled:
         args += ["--mlflow-uri", sweep.mlflow_uri, "--mlflow-run-id-file",
                  str(rdir.mlflow_run_id)]
@@ -145,14 +150,15 @@ def initial_model(sweep: SweepConfig) -> str | None:
     return path if Path(path).is_dir() else None
 
 
-def initial_eval_args(sweep: SweepConfig, bench: str) -> str | None:
-    """The `python -m eval` arguments for the initial model at step 0 (None: no local model).
-    Its summary goes to results/<sweep>/initial/eval/step_0/, the report's baseline row."""
+def initial_eval_args(sweep: SweepConfig, benches: list[str]) -> str | None:
+    """The `python -m eval` arguments for the initial model at step 0 on `benches` (None: no
+    local model). Its summaries go to results/<sweep>/initial/eval/step_0/, the report's
+    baseline row."""
     model = initial_model(sweep)
     if model is None:
         return None
     out = SweepDir(sweep.out_dir).initial.eval_dir(0)
-    return shlex.join(_eval_args(sweep, model, out, 0, bench))
+    return shlex.join(_eval_args(sweep, [model], str(out), benches) + ["--step", "0"])
 
 
 def report_paper_args(sweep: SweepConfig) -> str:

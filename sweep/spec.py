@@ -17,18 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from algorithms.config import Divergence, Estimator, Form, ImportanceWeight, RatioLevel
 from algorithms.reference import REFERENCE_SCHEDULES, get_reference_schedule
+from common.generation import ENGINES
+from common.grading import SCORERS
 from common.layout import SweepDir
-from eval.grading import SCORERS
-from eval.prompts import TEMPLATES
+from common.prompts import TEMPLATES
 from eval.run import EvalConfig
-from eval.samplers import BACKENDS
 from trainer.tiny import TinyConfig
 
 # The eval job's defaults and names come from evaluation's own config and registries.
 _EVAL = EvalConfig.model_fields
 ScorerName = Literal[SCORERS]
 TemplateName = Literal[tuple(TEMPLATES)]
-BackendName = Literal[BACKENDS]
+BackendName = Literal[tuple(ENGINES)]
 
 
 class Strict(BaseModel):
@@ -105,6 +105,9 @@ class EvalSpec(Strict):
         "checkpoints (workflow/rules/crosscheck.smk); the report compares them with ours")
     crosscheck_steps: Literal["last", "all"] | list[int] = Field(
         "last", description="checkpoints to cross-check: the last eval step, all, or a list")
+    group: Literal["run", "checkpoint"] = Field(
+        "run", description="one evaluation job per run (all its checkpoints x benchmarks, one "
+        "engine start-up, after training) or per checkpoint (all benchmarks; jobs run in parallel)")
 
     @field_validator("steps")
     @classmethod

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.layout import RunDir, SweepDir
-from eval.tracking import client, ensure_experiment, mark_pending, short_error
+from common.tracking import client, ensure_experiment, mark_pending, short_error
 
 from .spec import SweepConfig
 

@@ -83,10 +83,10 @@ def _add_model_options(parser: argparse.ArgumentParser, model) -> None:
 def _heldout(args) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from common import toy
     from trainer.config import RolloutConfig
     from trainer.heldout import heldout_accuracy
     from trainer.runtime import tune_cpu_runtime
-    from trainer.tasks import toy
 
     tune_cpu_runtime()
     model = AutoModelForCausalLM.from_pretrained(args.model)

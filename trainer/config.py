@@ -20,15 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from algorithms import Method, get_method, get_reference_schedule, with_overrides
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
+from common.generation import ENGINES
+from common.grading import SCORERS
 from common.layout import SweepDir
-from eval.grading import SCORERS
-from eval.prompts import TEMPLATES
-from eval.samplers import BACKENDS
+from common.prompts import TEMPLATES
 
 # Names come from the registries that own them; these types only spell them for pydantic.
 TemplateName = Literal[tuple(TEMPLATES)]
 ScorerName = Literal[SCORERS]
-EngineName = Literal[BACKENDS]
+EngineName = Literal[tuple(ENGINES)]
 
 
 class _Section(BaseModel):
@@ -64,8 +64,8 @@ class TaskConfig(_Section):
     num_prompts: int | None = Field(
         2048, ge=1, description="toy: problems drawn from its train split; math: limit (null=all)"
     )
-    template: TemplateName = Field("dapo", description="prompt template (eval.prompts)")
-    scorer: ScorerName = Field("dapo", description="reward grader (eval.grading)")
+    template: TemplateName = Field("dapo", description="prompt template (common.prompts)")
+    scorer: ScorerName = Field("dapo", description="reward grader (common.grading)")
     reward_correct: float = Field(1.0, description="reward of a correct answer (DAPO: 1)")
     reward_incorrect: float = Field(-1.0, description="reward otherwise (DAPO scorer: -1)")
 

@@ -5,7 +5,7 @@
 
 "Held-out accuracy" in this project's reports is the sampled (temperature 1.0) mean
 accuracy over `n` samples per problem on the whole held-out pool,
-`trainer.tasks.toy.problems("test", 121, seed=0)`, graded by the shared dapo scorer: the
+`common.toy.problems("test", 121, seed=0)`, graded by the shared dapo scorer: the
 Mean@n that evaluation reports.
 """
 
@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from eval.grading import grade_many
-from eval.prompts import build_prompt
-from eval.samplers import hf_generate
+from common.generation.hf import hf_generate
+from common.grading import grade_many
+from common.prompts import build_prompt
 
 
 def heldout_accuracy(model, tokenizer, problems: list[dict], *, n: int, temperature: float,

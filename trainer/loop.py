@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from algorithms import LOSS_METRICS, compute_advantages, compute_policy_loss, kl_reward_penalty
 from common.files import read_yaml, write_atomic
 from common.layout import RunDir
-from eval.prompts import build_prompt
+from common.prompts import build_prompt, encode_prompts
 from trainer import distributed
 from trainer.checkpoint import (
     Preempted,
@@ -245,7 +245,6 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model, self.tokenizer = load_policy(cfg.model, self.device)
         self.problems = load_problems(cfg.task, seed=cfg.seed)
-        self.add_special = not getattr(self.tokenizer, "chat_template", None)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
         self._setup_models()
@@ -427,8 +426,7 @@ class Trainer:
                                              r.overlong_buffer, r.overlong_penalty)
                        for rw, s in zip(rewards, flat)]
         return Round(
-            prompt_ids=[self.tokenizer(x, add_special_tokens=self.add_special)["input_ids"]
-                        for x in texts],
+            prompt_ids=encode_prompts(self.tokenizer, texts),
             token_ids=[list(s.token_ids) for s in flat], rewards=list(rewards),
             correct=list(correct), truncated=[s.finish_reason == "length" for s in flat],
             logprobs=[s.logprobs for s in flat])

@@ -8,10 +8,10 @@ downstream tool (trainer, evaluation, vLLM) loads it like a hub model:
 
 The tokenizer is a byte-level BPE trained on the DAPO prompt template and the toy task
 text (digits split one per token), so the long DAPO instruction costs ~60 tokens, and it
-carries a two-role chat template: `eval.prompts.build_prompt(problem, "dapo", tokenizer)`
+carries a two-role chat template: `common.prompts.build_prompt(problem, "dapo", tokenizer)`
 then yields exactly the prompt that training and evaluation both use.
 
-The warm start is supervised fine-tuning on `trainer.tasks.toy` problems where a fraction
+The warm start is supervised fine-tuning on `common.toy` problems where a fraction
 `wrong_fraction` of targets end with the format slip (`toy.wrong_solution`, no answer line):
 the resulting policy solves some held-out problems and fails others in a way a verifiable
 reward can correct, which is what the RL loop is for.
@@ -30,9 +30,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from eval.prompts import build_prompt, render
+from common import toy
+from common.prompts import build_prompt, render
 from trainer.runtime import tune_cpu_runtime
-from trainer.tasks import toy
 
 SPECIAL_TOKENS = ["<|pad|>", "<|eos|>", "<|user|>", "<|assistant|>"]
 # Two roles, one newline after each header; the assistant turn ends with EOS. Kept minimal so

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from common.files import read_jsonl, read_run_id, read_yaml, write_atomic
 from common.layout import RunDir
-from eval.tracking import (
+from common.tracking import (
     client,
     ensure_experiment,
     mark_pending,

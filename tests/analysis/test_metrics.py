@@ -42,7 +42,7 @@ def test_every_key_the_trainer_logs_has_metadata(tmp_path):
 
 def test_every_key_evaluation_writes_has_metadata():
     """error_rate is produced by evaluation; metric_meta("error_rate") used to raise."""
-    from eval.grading import GradeResult
+    from common.grading import GradeResult
     from eval.metrics import summarize_scorer
 
     grades = [[GradeResult(extracted="1", correct=True, status="ok"),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from common.prompts import render
 from eval.benchmarks import load_benchmark
 from eval.lighteval_convert import build_env, main
-from eval.prompts import render
 
 # A real lighteval 0.13.0 results file: the tiny default's RPG-UFKL checkpoint at step 100 on
 # the 121 toy problems, n=4 (eval/lighteval/run.py, transformers backend on CPU).

@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from eval.prompts import TEMPLATES
+from common.prompts import TEMPLATES
 
 BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
 SPECIALS = ["<pad>", "<s>", "</s>"]

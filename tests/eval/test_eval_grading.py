@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eval.grading import (
+from common.grading import (
     DAPO_TAIL_CHARS,
     STATUSES,
     GradeResult,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval.grading import GradeResult
+from common.grading import GradeResult
 from eval.metrics import (
     bootstrap_ci,
     ks_for,

@@ -213,3 +213,80 @@ def test_convert_lighteval_real_results_file(tmp_path, capsys):
     junk.write_text('{"hello": 1}')
     assert main(["convert-lighteval", str(junk), "--out", str(tmp_path / "y.json")]) == 2
     assert "not a lighteval results file" in capsys.readouterr().err
+
+
+# ---- several checkpoints x benchmarks, one engine start-up ----
+
+
+def _perturbed(src: Path, dst: Path, scale: float) -> Path:
+    """A copy of `src` with every weight moved (another "step" of the same run)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(src)
+    gen = torch.Generator().manual_seed(int(scale * 100))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen))
+    model.save_pretrained(dst)
+    AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+    return dst
+
+
+def test_many_checkpoints_one_process_equal_one_process_each(tiny_checkpoint, benchmark_dir,
+                                                             tmp_path):
+    """Two checkpoints x two benchmarks in one process (one engine, weights swapped) write
+    byte-identical files to a separate `python -m eval` process per checkpoint."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run" / "checkpoints"
+    ckpts = [_perturbed(tiny_checkpoint, run / "step_3", 0.02),
+             _perturbed(tiny_checkpoint, run / "step_6", 0.05)]
+    common = ["--benchmark", "toy", "aime24", "--benchmark-file",
+              f"aime24={benchmark_dir / 'aime24.jsonl'}", "--limit", "toy=6", "--limit",
+              "aime24=2", "--n", "3", "--max-new-tokens", "10", "--seed", "5",
+              "--batch-size", "4", "--device", "cpu", "--no-progress"]
+    together = tmp_path / "together" / "step_{step}"
+    assert main(["--checkpoint", *map(str, ckpts), "--out", str(together), *common]) == 0
+    for ckpt in ckpts:
+        alone = tmp_path / "alone" / ckpt.name
+        proc = subprocess.run([sys.executable, "-m", "eval", "--checkpoint", str(ckpt),
+                               "--out", str(alone), *common], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    files = sorted(p.relative_to(tmp_path / "alone") for p in (tmp_path / "alone").rglob("*.json*"))
+    assert len(files) == 8  # 2 steps x 2 benchmarks x (summary + samples)
+    for rel in files:
+        assert (tmp_path / "together" / rel).read_bytes() == (tmp_path / "alone" / rel).read_bytes()
+    steps = {json.loads((tmp_path / "together" / f"step_{s}" / "toy.json").read_text())["step"]
+             for s in (3, 6)}
+    assert steps == {3, 6}
+    # The checkpoints differ, so identical files are not an accident of equal weights.
+    texts = [(tmp_path / "together" / f"step_{s}" / "toy.jsonl").read_text() for s in (3, 6)]
+    assert texts[0] != texts[1]
+
+
+def test_many_checkpoints_need_a_step_placeholder_and_one_architecture(tiny_checkpoint,
+                                                                       tmp_path, capsys):
+    base = ["--benchmark", "toy", "--limit", "1", "--n", "1", "--max-new-tokens", "2",
+            "--device", "cpu", "--no-progress"]
+    b = _perturbed(tiny_checkpoint, tmp_path / "step_2", 0.01)
+    assert main(["--checkpoint", str(tiny_checkpoint), str(b), "--out", str(tmp_path / "o"),
+                 *base]) == 2
+    assert "must hold {step}" in capsys.readouterr().err
+    assert main(["--checkpoint", str(b), "--benchmark", "aime24", "--benchmark-file", "x.jsonl",
+                 "--out", str(tmp_path / "o"), *base]) == 2
+    assert "BENCH=PATH" in capsys.readouterr().err
+    # Another architecture cannot be swapped into the running engine.
+    wide = tmp_path / "wide" / "step_4"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = AutoModelForCausalLM.from_pretrained(tiny_checkpoint).config
+    cfg.num_hidden_layers = 1
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(wide)
+    AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(wide)
+    assert main(["--checkpoint", str(b), str(wide), "--out", str(tmp_path / "s_{step}"),
+                 *base]) == 2
+    assert "num_hidden_layers" in capsys.readouterr().err
+    assert not (tmp_path / "s_2").exists()  # refused before any generation

@@ -133,12 +133,12 @@ def test_requeue_scancel_killed_evaluation_and_the_users_rerun(slurm, model, tim
     rerun = wf.start()
     summary = run_dir / f"eval/step_{steps}/toy.json"
     try:
-        eval_job = wait_for(lambda: wf.job("evaluate", RUN), "the evaluation job", 300,
+        eval_job = wait_for(lambda: wf.job("evaluate_run", RUN), "the evaluation job", 300,
                             rerun)
-        wait_for(lambda: (wf.out / f"logs/eval/{RUN}/step_{steps}_toy.log").exists(),
+        wait_for(lambda: (wf.out / f"logs/eval/{RUN}/all.log").exists(),
                  "the evaluation to start", 60, rerun)
         slurm.run("scancel", eval_job)
-        wait_for(lambda: not wf.job("evaluate", RUN, states=("RUNNING", "COMPLETING")),
+        wait_for(lambda: not wf.job("evaluate_run", RUN, states=("RUNNING", "COMPLETING")),
                  "the evaluation job to end", 60, rerun)
         assert not summary.exists()
         assert rerun.wait(timeout=300) == 0, (tmp_path / "snakemake.out").read_text()
@@ -147,7 +147,7 @@ def test_requeue_scancel_killed_evaluation_and_the_users_rerun(slurm, model, tim
             rerun.terminate()
             rerun.wait(timeout=60)
     out = (tmp_path / "snakemake.out").read_text()
-    assert len(submitted_jobs(out, "evaluate")) == 2  # killed, then retried
+    assert len(submitted_jobs(out, "evaluate_run")) == 2  # killed, then retried
     assert metrics_steps(run_dir) == list(range(1, steps + 1))
     assert json.loads(summary.read_text())["num_problems"] == 32
     assert (wf.out / "report.md").exists()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from eval.grading import grade_many
-from eval.prompts import build_prompt
-from trainer.tasks import toy
+from common import toy
+from common.grading import grade_many
+from common.prompts import build_prompt
 from trainer.tiny import TinyConfig, build_model, build_tokenizer
 
 

@@ -60,3 +60,35 @@ def test_vllm_and_hf_sample_the_same_prompts_and_distribution(vllm_tiny, tmp_pat
     hf_mean = sum(acc["hf"].values()) / n
     assert 0.03 < hf_mean < 0.97  # accuracy away from 0 and 1: the comparison has power
     assert abs(mean) <= 4 * se, (hf_mean, mean, se)
+
+
+def test_vllm_many_checkpoints_one_engine_equal_one_engine_each(vllm_tiny, tmp_path):
+    """`python -m eval --backend vllm` on two checkpoints in one process (one vLLM start-up,
+    weights reloaded in place for the second) writes the same files as one process each."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ckpts = tmp_path / "run" / "checkpoints"
+    shutil.copytree(vllm_tiny, ckpts / "step_1")
+    moved = AutoModelForCausalLM.from_pretrained(vllm_tiny)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    shutil.copytree(vllm_tiny, ckpts / "step_2")
+    moved.save_pretrained(ckpts / "step_2")
+    common = ["--benchmark", "toy", "--backend", "vllm", "--dtype", "float32", "--limit", "8",
+              "--n", "2", "--max-new-tokens", "16", "--seed", "0", "--no-progress"]
+    run_cli("eval", "--checkpoint", str(ckpts / "step_1"), str(ckpts / "step_2"),
+            "--out", str(tmp_path / "together" / "step_{step}"), *common)
+    for step in (1, 2):
+        run_cli("eval", "--checkpoint", str(ckpts / f"step_{step}"),
+                "--out", str(tmp_path / "alone" / f"step_{step}"), *common)
+    for step in (1, 2):
+        for name in ("toy.json", "toy.jsonl"):
+            alone = (tmp_path / "alone" / f"step_{step}" / name).read_text()
+            assert (tmp_path / "together" / f"step_{step}" / name).read_text() == alone
+    texts = [(tmp_path / "together" / f"step_{s}" / "toy.jsonl").read_text() for s in (1, 2)]
+    assert texts[0] != texts[1]  # the second checkpoint's weights were really used

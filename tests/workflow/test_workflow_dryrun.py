@@ -12,37 +12,39 @@ from trainer.config import RunConfig
 
 # configfiles -> exact job counts per rule
 SHIPPED = {
-    ("config/default.yaml",): {"tiny_model": 1, "evaluate_initial": 2, "run_config": 6, "train": 6, "evaluate": 48,
+    ("config/default.yaml",): {"tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6,
                                "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
-    ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate": 360, "audit": 1,
+    ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
                              "paper_figures": 1, "report": 1, "all": 1},
-    ("config/paper.yaml", "config/paper-4k.yaml"): {"run_config": 8, "train": 8, "evaluate": 480,
+    ("config/single-gpu.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
+                                  "paper_figures": 1, "report": 1, "all": 1},
+    ("config/paper.yaml", "config/paper-4k.yaml"): {"run_config": 8, "train": 8, "evaluate_run": 8,
                                                     "audit": 1, "paper_figures": 1, "report": 1,
                                                     "all": 1},
-    ("config/paper.yaml", "config/paper-2k.yaml"): {"run_config": 6, "train": 6, "evaluate": 240,
+    ("config/paper.yaml", "config/paper-2k.yaml"): {"run_config": 6, "train": 6, "evaluate_run": 6,
                                                     "audit": 1, "paper_figures": 1, "report": 1,
                                                     "all": 1},
     ("config/paper.yaml", "config/paper-qwen25-7b.yaml"): {
-        "run_config": 12, "train": 12, "evaluate": 720, "audit": 1, "paper_figures": 1,
+        "run_config": 12, "train": 12, "evaluate_run": 12, "audit": 1, "paper_figures": 1,
         "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/clip.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 2, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 8, "train": 8, "evaluate_run": 8, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/beta.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 2, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 8, "train": 8, "evaluate_run": 8, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/reference.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 2, "run_config": 8, "train": 8, "evaluate": 64, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 8, "train": 8, "evaluate_run": 8, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/off-policy.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 2, "run_config": 10, "train": 10, "evaluate": 80, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 10, "train": 10, "evaluate_run": 10, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/crosscheck.yaml"): {
         "tiny_model": 1, "evaluate_initial": 2, "run_config": 6, "train": 6, "evaluate": 48, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1, "lighteval_env": 1, "crosscheck_benchmark": 2,
         "lighteval": 12, "lighteval_summary": 12, "concordance": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 2, "run_config": 48, "train": 48, "evaluate": 384, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 48, "train": 48, "evaluate_run": 48, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
 }
 
@@ -77,6 +79,19 @@ def test_run_configs_resolve_to_the_cell(files):
         assert method.loss == cell.method.loss, cell.run_id
         assert (method.advantage, method.reference) == (cell.method.advantage,
                                                        cell.method.reference), cell.run_id
+
+
+def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
+    """eval.group: checkpoint -> one job per (run, step) evaluating every benchmark
+    (default sweep: 6 runs x 4 steps = 24, against 6 with the default eval.group: run)."""
+    overlay = tmp_path / "group.yaml"
+    overlay.write_text("eval:\n  group: checkpoint\n")
+    proc = run_snakemake("-n", "-c", "2", "--directory", str(REPO), "--configfile",
+                         "config/default.yaml", str(overlay), "--config",
+                         f"results_dir={tmp_path}")
+    counts = job_counts(proc.stdout)
+    assert counts["evaluate"] == 24 and "evaluate_run" not in counts, counts
+    assert counts["evaluate_initial"] == 1, counts
 
 
 def test_lint_is_clean():

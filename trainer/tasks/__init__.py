@@ -3,15 +3,15 @@
     problems = load_problems(cfg.task, seed=cfg.seed)       # [{id, problem, answer}]
     rewards, correct = score(texts, golds, cfg.task)        # same grader as evaluation
 
-Rewards come from `eval.grading.grade_many`, the code evaluation uses, so a training
+Rewards come from `common.grading.grade_many`, the code evaluation uses, so a training
 reward and an evaluation score can never disagree on the same response.
 """
 
 from __future__ import annotations
 
-from eval.grading import grade_many
+from common import toy
+from common.grading import grade_many
 
-from . import toy
 from .math import load_math_problems
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.prompts import TEMPLATES
+from common.prompts import TEMPLATES
 
 _DAPO_HEAD, _DAPO_TAIL = TEMPLATES["dapo"].split("{problem}")
 PROBLEM_KEYS = ("problem", "question", "prompt")

@@ -19,7 +19,7 @@ Failure policy: ``status`` is "ok" (an answer was extracted and compared), "no_a
 could not be parsed). Only "ok" results can be correct. Nothing from a completion is ever
 executed.
 
-    from eval.grading import grade, grade_many
+    from common.grading import grade, grade_many
     grade("... Answer: 540", "540", "dapo")  # GradeResult(correct=True, extracted='540', ...)
 """
 

@@ -1,4 +1,4 @@
-"""Worker side of the math-verify process pool (see `eval.grading`).
+"""Worker side of the math-verify process pool (see `common.grading`).
 
 Started by the parent as `python <this file>`; speaks JSON lines on stdin/stdout (no pickle,
 and no re-import of the parent's __main__ as multiprocessing would do). Runs in a child

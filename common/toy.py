@@ -15,7 +15,7 @@ reliably fixes in practice; unlike an arithmetic mistake it is a policy-wide cho
 fixing it on training problems transfers to held-out ones (the tiny model's arithmetic
 itself barely generalizes: ~0.5 held-out vs ~0.9 training accuracy with all-correct data).
 
-    python -c "from trainer.tasks.toy import problems; print(problems('test', 3))"
+    python -c "from common.toy import problems; print(problems('test', 3))"
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Prompt templates shared by evaluation and training.
+"""Prompt templates shared by evaluation and training, and the one rule for tokenizing a
+prompt (`adds_special_tokens`), which every engine and the trainer's packing use.
 
 `dapo` is the DAPO-Math-17k prompt the RPG paper trains and evaluates with (answer on a
 last line "Answer: ..."); `boxed` is the common "\\boxed{}" style used by other labs.
@@ -38,3 +39,19 @@ def build_prompt(problem: str, template: str, tokenizer=None) -> str:
             [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
         )
     return message
+
+
+def adds_special_tokens(tokenizer) -> bool:
+    """Whether tokenizing a prompt adds the tokenizer's special tokens (BOS, ...).
+
+    Not when the tokenizer has a chat template: `build_prompt` then returned chat-formatted
+    text that already carries them, and a second BOS would shift every engine's and the
+    trainer's view of the prompt. Otherwise the tokenizer's default.
+    """
+    return not getattr(tokenizer, "chat_template", None)
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt (no padding), under `adds_special_tokens`."""
+    add = adds_special_tokens(tokenizer)
+    return [tokenizer(p, add_special_tokens=add)["input_ids"] for p in prompts]

