@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from test_workflow_dryrun import job_counts  # noqa: E402
 from workflow_helpers import REPO, run_snakemake  # noqa: E402
 
-DEFAULT = {"tiny_model": 1, "evaluate_initial": 2, "run_config": 6, "train": 6, "evaluate": 48,
-           "audit": 1, "paper_figures": 1, "report": 1, "all": 1}
-# 6 runs x 2 benchmarks per cross-checked step; one env, one export per benchmark.
+DEFAULT = {"tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18,
+           "evaluate_run": 18, "audit": 1, "paper_figures": 1, "report": 1, "all": 1}
+# 18 runs (6 methods x 3 seeds) x 2 benchmarks per cross-checked step; one env, one export
+# per benchmark.
 STAGE = {"lighteval_env": 1, "crosscheck_benchmark": 2, "concordance": 1}
 
 
@@ -31,9 +32,9 @@ def _dry_run(tmp_path, *files, overlay=None):
 
 
 @pytest.mark.parametrize(("overlay", "lighteval_jobs"), [
-    (None, 12),                                        # last step only (the default)
-    ({"eval": {"crosscheck_steps": "all"}}, 48),       # 4 steps
-    ({"eval": {"crosscheck_steps": [25, 75]}}, 24),
+    (None, 36),                                        # last step only (the default)
+    ({"eval": {"crosscheck_steps": "all"}}, 180),      # 5 steps
+    ({"eval": {"crosscheck_steps": [20, 60]}}, 72),
 ])
 def test_crosscheck_job_counts(tmp_path, overlay, lighteval_jobs):
     proc = _dry_run(tmp_path, "config/ablations/crosscheck.yaml", overlay=overlay)
@@ -54,7 +55,7 @@ def test_built_env_is_reused(tmp_path):
 @pytest.mark.parametrize(("overlay", "needle"), [
     ({"eval": {"crosscheck": ["lm_eval"]}}, "eval.crosscheck.0"),
     ({"eval": {"crosscheck": ["lighteval"], "crosscheck_steps": [30]}},
-     "eval.crosscheck_steps names [30], which eval.steps [25, 50, 75, 100] does not list"),
+     "eval.crosscheck_steps names [30], which eval.steps [20, 40, 60, 80, 100] does not list"),
 ])
 def test_bad_crosscheck_fails_before_any_job(tmp_path, overlay, needle):
     proc = _dry_run(tmp_path, overlay=overlay)

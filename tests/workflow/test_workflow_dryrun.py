@@ -10,9 +10,9 @@ from sweep import expand, parse_sweep
 from sweep.runconfig import merged, run_config
 from trainer.config import RunConfig
 
-# configfiles -> exact job counts per rule
+# configfiles -> exact job counts per rule (the default has 3 seeds; its overlays inherit them)
 SHIPPED = {
-    ("config/default.yaml",): {"tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6,
+    ("config/default.yaml",): {"tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18, "evaluate_run": 18,
                                "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
     ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
                              "paper_figures": 1, "report": 1, "all": 1},
@@ -28,23 +28,23 @@ SHIPPED = {
         "run_config": 12, "train": 12, "evaluate_run": 12, "audit": 1, "paper_figures": 1,
         "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/clip.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 8, "train": 8, "evaluate_run": 8, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 24, "train": 24, "evaluate_run": 24, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/beta.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 8, "train": 8, "evaluate_run": 8, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 24, "train": 24, "evaluate_run": 24, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/reference.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 8, "train": 8, "evaluate_run": 8, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 24, "train": 24, "evaluate_run": 24, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/off-policy.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 10, "train": 10, "evaluate_run": 10, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 30, "train": 30, "evaluate_run": 30, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/crosscheck.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 2, "run_config": 6, "train": 6, "evaluate": 48, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18, "evaluate_run": 18, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1, "lighteval_env": 1, "crosscheck_benchmark": 2,
-        "lighteval": 12, "lighteval_summary": 12, "concordance": 1},
+        "lighteval": 36, "lighteval_summary": 36, "concordance": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 48, "train": 48, "evaluate_run": 48, "audit": 1,
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 144, "train": 144, "evaluate_run": 144, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
 }
 
@@ -111,11 +111,18 @@ def test_bad_sweep_fails_before_any_job_naming_file_and_key(tmp_path):
 
 
 def test_a_train_job_with_several_gpus_runs_one_process_per_gpu(tmp_path):
-    """resources.train.gpus > 1: the train rule launches torchrun (FSDP2) over them."""
-    over = tmp_path / "gpus.yaml"
-    over.write_text(yaml.safe_dump({"resources": {"train": {"gpus": 4}}}))
-    proc = run_snakemake("-n", "-p", "--configfile", "config/paper.yaml", str(over))
-    assert "python -m trainer.launch --standalone --nproc-per-node 4 -m trainer --config" in proc.stdout
-    single = run_snakemake("-n", "-p", "--configfile", "config/paper.yaml")
+    """resources.train.gpus > 1: the train rule launches torchrun (FSDP2) over them, on one
+    node with a local rendezvous, on several through srun with SLURM's; one GPU: no torchrun."""
+    proc = run_snakemake("-n", "-p", "--configfile", "config/paper.yaml")  # 8 GPUs, 1 node
+    assert "python -m trainer.launch --standalone --nproc-per-node 8 -m trainer --config" in proc.stdout
+    assert re.search(r"resources: .*gpu=8.*tasks_per_gpu=0", proc.stdout)
+    over = tmp_path / "nodes.yaml"
+    over.write_text(yaml.safe_dump({"resources": {"train": {"gpus": 8, "nodes": 2}}}))
+    multi = run_snakemake("-n", "-p", "--configfile", "config/paper.yaml", str(over))
+    assert ("srun --ntasks-per-node=1 --kill-on-bad-exit=1 python -m trainer.launch --slurm "
+            "--nproc-per-node 8 -m trainer --config") in multi.stdout
+    assert re.search(r"resources: .*gres=gpu:8, nodes=2, tasks=2, tasks_per_gpu=0, mpi=srun",
+                     multi.stdout)
+    single = run_snakemake("-n", "-p", "--configfile", "config/single-gpu.yaml")
     assert "exec python -m trainer --config" in single.stdout
     assert "trainer.launch" not in single.stdout
