@@ -83,14 +83,14 @@ def test_run_configs_resolve_to_the_cell(files):
 
 def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
     """eval.group: checkpoint -> one job per (run, step) evaluating every benchmark
-    (default sweep: 6 runs x 4 steps = 24, against 6 with the default eval.group: run)."""
+    (default sweep: 18 runs x 5 steps = 90, against 18 with the default eval.group: run)."""
     overlay = tmp_path / "group.yaml"
     overlay.write_text("eval:\n  group: checkpoint\n")
     proc = run_snakemake("-n", "-c", "2", "--directory", str(REPO), "--configfile",
                          "config/default.yaml", str(overlay), "--config",
                          f"results_dir={tmp_path}")
     counts = job_counts(proc.stdout)
-    assert counts["evaluate"] == 24 and "evaluate_run" not in counts, counts
+    assert counts["evaluate"] == 90 and "evaluate_run" not in counts, counts
     assert counts["evaluate_initial"] == 1, counts
 
 
