@@ -99,6 +99,10 @@ class RunDir(_Dir):
     def state_file(self) -> Path:
         return self.state_dir / STATE_FILE
 
+    def segment(self, step: int | str) -> Path:
+        """Written when a training segment (`python -m trainer --until-step N`) reached N."""
+        return self.root / "segments" / step_name(step)
+
     def state_tensors(self, step: int) -> Path:
         """The sharded weights and optimizer states (DCP) that `state_file` points at."""
         return self.state_dir / f"tensors_{step_name(step)}"

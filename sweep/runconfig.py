@@ -16,6 +16,7 @@ from snakemake.utils import update_config
 
 from common.files import write_atomic
 from common.layout import RunDir, SweepDir
+from trainer.config import RunConfig
 
 from .expand import LOSS_AXES, Cell, reference_settings
 from .spec import SweepConfig, SweepError
@@ -86,6 +87,16 @@ def train_command(sweep: SweepConfig) -> str:
     if gpus > 1:
         return f"python -m trainer.launch --standalone --nproc-per-node {gpus} -m trainer"
     return "python -m trainer"
+
+
+def segment_steps(sweep: SweepConfig) -> list[int]:
+    """The steps where a run's training is cut into segments (jobs), so each checkpoint's
+    evaluation starts while training goes on: with `eval.group: checkpoint`, every eval
+    step before the last step; otherwise none (one train job per run)."""
+    if sweep.eval.group != "checkpoint":
+        return []
+    steps = int(sweep.base.get("optim", {}).get("steps", RunConfig().optim.steps))
+    return sorted(s for s in set(sweep.eval.steps) if s < steps)
 
 
 def train_slurm_resources(sweep: SweepConfig) -> dict:

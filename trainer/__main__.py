@@ -38,6 +38,10 @@ def _train(args) -> int:
     except ValueError as e:
         print(f"error: --deadline: {e}", file=sys.stderr)
         return 2
+    if args.until_step is not None and not 1 <= args.until_step <= cfg.optim.steps:
+        print(f"error: --until-step {args.until_step} must lie in 1..optim.steps "
+              f"({cfg.optim.steps})", file=sys.stderr)
+        return 2
     from common.files import read_run_id
     from trainer import distributed
     from trainer.checkpoint import UnsafeStateError
@@ -47,7 +51,7 @@ def _train(args) -> int:
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent
     try:
-        out = train(cfg, deadline=deadline)
+        out = train(cfg, deadline=deadline, until_step=args.until_step)
     except UnsafeStateError as e:  # a resume file that would need unpickling: refused
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -110,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train or resume one run")
     p.add_argument("--config", required=True, help="run config YAML (trainer.config.RunConfig)")
+    p.add_argument("--until-step", type=int, default=None,
+                   help="train one segment: up to this step, then save the state and write "
+                   "segments/step_N (the workflow evaluates its checkpoint meanwhile)")
     p.add_argument("--deadline", default=None,
                    help="the job's end (epoch seconds or ISO 8601; default: SLURM_JOB_END_TIME)"
                    ": save and exit 75 before a step that would not finish")

@@ -719,11 +719,14 @@ def _write_config(path: Path, cfg: RunConfig, config_yaml: str, *, resumed: bool
     write_atomic(path, config_yaml)
 
 
-def train(cfg: RunConfig, deadline: float | None = None) -> Path:
+def train(cfg: RunConfig, deadline: float | None = None, until_step: int | None = None) -> Path:
     """Run (or resume) one training run; returns the run directory. See the module doc.
 
     deadline: the job's end (epoch seconds; trainer.deadline): the run saves its state and
-    exits 75 before a step that would not finish in time."""
+    exits 75 before a step that would not finish in time. until_step: train one segment,
+    up to that step (its checkpoint is written if it is an eval step), save the state and
+    write the segment marker `RunDir.segment(until_step)`: the workflow then evaluates that
+    checkpoint while the next segment trains."""
     run = RunDir(cfg.out_dir)
     if run.done.exists():
         print(f"[trainer] {run} is already DONE; nothing to do")
@@ -734,20 +737,25 @@ def train(cfg: RunConfig, deadline: float | None = None) -> Path:
     trainer.setup()
     status = "FAILED"
     try:
-        status = _run_steps(trainer, Deadline(deadline, margin_s=cfg.checkpoint.deadline_margin_s))
+        status = _run_steps(trainer, Deadline(deadline, margin_s=cfg.checkpoint.deadline_margin_s),
+                            until_step)
     except Preempted:
         status = "KILLED"
         raise
     finally:
         trainer.cleanup(status)
+    if until_step is not None and trainer.global_step >= until_step and trainer.world.main:
+        write_atomic(run.segment(until_step), f"step {trainer.global_step}\n")
     return run.root
 
 
-def _run_steps(trainer: Trainer, clock: Deadline) -> str:
-    """Steps until the last (FINISHED) or `debug.stop_after_steps` (KILLED: the state is
-    saved, the run resumable); raises Preempted (exit 75) after saving the state when a
-    signal arrives or the next step would end past the deadline."""
+def _run_steps(trainer: Trainer, clock: Deadline, until_step: int | None = None) -> str:
+    """Steps until the last (FINISHED), or `until_step` / `debug.stop_after_steps` (KILLED:
+    the state is saved, the run resumable); raises Preempted (exit 75) after saving the
+    state when a signal arrives or the next step would end past the deadline."""
     cfg, world = trainer.cfg, trainer.world
+    if until_step is not None and trainer.global_step >= until_step:
+        return "KILLED"  # a resumed run already past this segment
     steps_this_process = 0
     with PreemptionFlag() as flag, tqdm(
             total=cfg.optim.steps, initial=trainer.global_step, desc=cfg.run_id, unit="step",
@@ -770,6 +778,7 @@ def _run_steps(trainer: Trainer, clock: Deadline) -> str:
             # -- checkpoint
             stop = bool(cfg.debug.stop_after_steps
                         and steps_this_process >= cfg.debug.stop_after_steps)
+            stop = stop or (until_step is not None and trainer.global_step >= until_step)
             saved_s = trainer.save(force_state=bool(flag.received) or stop)
             if saved_s is not None:
                 clock.record_save(saved_s)

@@ -84,8 +84,8 @@ def trainer_cli(config: Path) -> subprocess.CompletedProcess:
                           text=True, capture_output=True, timeout=300)
 
 
-def test_trainer_cli_refuses_a_planted_state(tiny_model, tmp_path):
-    out = tmp_path / "run"
+def stopped_after_one_step(tiny_model: Path, tmp_path: Path, out: Path) -> Path:
+    """A run config that saves its resume state after step 1 and stops there."""
     cfg = {"run_id": "run", "out_dir": str(out), "seed": 0,
            "model": {"path": str(tiny_model), "device": "cpu"},
            "rollout": {"n": 2, "prompts_per_step": 2, "max_new_tokens": 8, "overlong_buffer": 2},
@@ -94,6 +94,12 @@ def test_trainer_cli_refuses_a_planted_state(tiny_model, tmp_path):
            "tracking": {"mlflow_uri": None, "progress": False}}
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(cfg))
+    return config
+
+
+def test_trainer_cli_refuses_a_planted_state(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    config = stopped_after_one_step(tiny_model, tmp_path, out)
     first = trainer_cli(config)
     assert first.returncode == 0, first.stderr
     state_path = out / "state" / STATE_FILE
@@ -114,14 +120,7 @@ def test_trainer_cli_refuses_a_planted_sharded_metadata(tiny_model, tmp_path):
     """The weights and optimizer states are saved sharded (torch.distributed.checkpoint),
     whose `.metadata` is a pickle: a planted one is refused before it can run code."""
     out = tmp_path / "run"
-    cfg = {"run_id": "run", "out_dir": str(out), "seed": 0,
-           "model": {"path": str(tiny_model), "device": "cpu"},
-           "rollout": {"n": 2, "prompts_per_step": 2, "max_new_tokens": 8, "overlong_buffer": 2},
-           "optim": {"steps": 3}, "checkpoint": {"state_every_steps": 1},
-           "debug": {"stop_after_steps": 1},
-           "tracking": {"mlflow_uri": None, "progress": False}}
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    config = stopped_after_one_step(tiny_model, tmp_path, out)
     assert trainer_cli(config).returncode == 0
     meta = torch.load(out / "state" / STATE_FILE, weights_only=True)
     metadata = out / "state" / meta["tensors"] / ".metadata"

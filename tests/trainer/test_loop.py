@@ -104,6 +104,24 @@ def test_resume_equals_uninterrupted_with_reference_and_mlflow(make_cfg, tmp_pat
     assert run.data.params["optim.steps"] == "4"
 
 
+def test_segments_equal_one_uninterrupted_run(make_cfg):
+    """`until_step` (the workflow's train_segment jobs): each segment stops at its step with
+    its checkpoint, the state and the segment marker; the segments together write exactly
+    the metrics of one uninterrupted run, and a segment already passed is a no-op."""
+    common = {"optim": {"steps": 4, "epochs": 2, "mini_batch_size": 8},
+              "checkpoint": {"eval_steps": [2]}}
+    full = train(make_cfg("whole", **common))
+    out = train(make_cfg("parts", **common), until_step=2)
+    assert (out / "segments" / "step_2").exists() and (out / "checkpoints" / "step_2").is_dir()
+    assert not (out / "DONE").exists() and (out / "state" / "resume.pt").exists()
+    assert [m["step"] for m in metrics(out)] == [1, 2]
+    train(make_cfg("parts", **common), until_step=2)  # rerun of a finished segment
+    assert [m["step"] for m in metrics(out)] == [1, 2]
+    train(make_cfg("parts", **common))
+    assert (out / "DONE").exists()
+    assert untimed(metrics(out)) == untimed(metrics(full))
+
+
 def test_sigterm_saves_state_and_exits_75_then_resumes(make_cfg, tmp_path):
     cfg = make_cfg("term", optim={"steps": 400})
     path = tmp_path / "term.yaml"

@@ -83,7 +83,9 @@ def test_run_configs_resolve_to_the_cell(files):
 
 def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
     """eval.group: checkpoint -> one job per (run, step) evaluating every benchmark
-    (default sweep: 18 runs x 5 steps = 90, against 18 with the default eval.group: run)."""
+    (default sweep: 18 runs x 5 steps = 90, against 18 with the default eval.group: run),
+    and the run trains in segments so that each evaluation waits only for its own
+    checkpoint's segment (the last one waits for DONE), overlapping the rest of training."""
     overlay = tmp_path / "group.yaml"
     overlay.write_text("eval:\n  group: checkpoint\n")
     proc = run_snakemake("-n", "-c", "2", "--directory", str(REPO), "--configfile",
@@ -91,7 +93,20 @@ def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
                          f"results_dir={tmp_path}")
     counts = job_counts(proc.stdout)
     assert counts["evaluate"] == 90 and "evaluate_run" not in counts, counts
+    assert counts["train_segment"] == 18 * 4 and counts["train"] == 18, counts
     assert counts["evaluate_initial"] == 1, counts
+    inputs = {}  # (rule, output's run and step) -> input
+    for block in proc.stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        found = re.search(r"input: (.*)\n", block)
+        out = re.search(r"output: \S*runs/(\w+_s0)/(?:eval/|segments/)?(step_\d+|DONE)", block)
+        if out and out[1] == "grpo_s0":
+            inputs[rule, out[2]] = found[1] if found else ""
+    run = f"{tmp_path}/default/runs/grpo_s0"
+    assert inputs["evaluate", "step_20"] == f"{run}/segments/step_20"
+    assert inputs["evaluate", "step_100"] == f"{run}/DONE"
+    assert f"{run}/segments/step_20" in inputs["train_segment", "step_40"]
+    assert f"{run}/segments/step_80" in inputs["train", "DONE"]
 
 
 def test_lint_is_clean():

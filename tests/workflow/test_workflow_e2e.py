@@ -141,3 +141,25 @@ def test_killed_training_job_resumes_on_rerun(finished):
     steps_logged = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
     assert sorted(set(steps_logged)) == list(range(1, steps + 1))
     assert rerun.returncode == 0
+
+
+def test_eval_group_checkpoint_trains_in_segments_and_evaluates_each(finished):
+    """eval.group: checkpoint, for real: the run trains in two jobs (a segment up to the
+    first eval step, then the rest), each checkpoint is evaluated by its own job, and the
+    segmented run logs every step exactly once."""
+    root, _, _ = finished
+    config = micro_sweep(root, "segmented", ["GRPO"],
+                         model=str(root / "results" / "micro" / "model"))
+    data = yaml.safe_load(config.read_text())
+    data["eval"]["group"] = "checkpoint"
+    config.write_text(yaml.safe_dump(data))
+    proc = smk(root, config)
+    assert proc.returncode == 0
+    run = root / "results/segmented/runs/grpo_s0"
+    assert (run / "segments" / f"step_{STEPS // 2}").exists() and (run / "DONE").exists()
+    steps_logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps_logged == list(range(1, STEPS + 1))
+    for step in (STEPS // 2, STEPS):
+        assert json.loads((run / f"eval/step_{step}/toy.json").read_text())["step"] == step
+    logs = root / "results/segmented/logs/train"
+    assert (logs / f"grpo_s0.step_{STEPS // 2}.log").exists() and (logs / "grpo_s0.log").exists()

@@ -13,6 +13,7 @@ from sweep.runconfig import (
     initial_model,
     report_paper_args,
     run_config,
+    segment_steps,
     train_command,
     train_slurm_resources,
 )
@@ -35,6 +36,7 @@ RUN = LAYOUT.run("{run_id}")  # a run directory, as a wildcard pattern
 RUNS = {cell.run_id: cell for cell in CELLS}
 RUN_IDS = list(RUNS)
 STEPS = SWEEP.eval.steps
+SEGMENTS = segment_steps(SWEEP)  # eval.group checkpoint: train in segments up to these steps
 BENCHES = SWEEP.eval.benchmarks
 TINY = SWEEP.base.get("model", {}).get("path", "tiny") == "tiny"
 MODEL_DIR = str(LAYOUT.model)

@@ -4,9 +4,10 @@
 #               jobs and start-ups; the default (a 2-core laptop pays ~10 s per start-up).
 #   checkpoint: one job per (run, checkpoint step): all benchmarks. More jobs that can run
 #               in parallel (a cluster with idle GPUs).
-# Both wait for the run's DONE: Snakemake sees a job's outputs only when the job ends, so a
-# checkpoint written mid-run cannot release a job earlier, and declaring checkpoints as
-# train outputs would make Snakemake delete them before a retried (requeued) train job.
+# `run` waits for the run's DONE. `checkpoint` waits for the training segment that wrote
+# its checkpoint (train.smk: with this grouping a run trains in one job per eval step), so
+# evaluation overlaps training: Snakemake sees a job's outputs only when the job ends, so
+# a checkpoint written in the middle of one long train job could not release a job earlier.
 
 
 if SWEEP.eval.group == "run":
@@ -40,7 +41,8 @@ else:
 
     rule evaluate:
         input:
-            done=f"{OUT}/runs/{{run_id}}/DONE",
+            trained=lambda wc: str(LAYOUT.run(wc.run_id).segment(wc.step)
+                                   if int(wc.step) in SEGMENTS else LAYOUT.run(wc.run_id).done),
         output:
             summaries=[f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.json" for b in BENCHES],
             samples=[f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.jsonl" for b in BENCHES],

@@ -1,5 +1,8 @@
 # One training job per cell x seed. The resume state is not a declared output (Snakemake
 # would delete it before a retry); the output is the DONE marker the trainer writes last.
+# With eval.group: checkpoint the run trains in segments, one job each (train_segment: up
+# to an eval step, then the state is saved and segments/step_N written), so each
+# checkpoint's evaluation runs while the next segment trains; `train` is the last segment.
 
 
 localrules:
@@ -19,10 +22,47 @@ rule run_config:
         write_run_config(output[0], params.cfg)
 
 
+def previous_segment(wildcards, before=None):
+    """The segment marker a train job waits for: the last segment before its step."""
+    earlier = [s for s in SEGMENTS if before is None or s < before]
+    return [str(LAYOUT.run(wildcards.run_id).segment(earlier[-1]))] if earlier else []
+
+
+if SEGMENTS:
+
+    rule train_segment:
+        input:
+            cfg=rules.run_config.output[0],
+            model=[MODEL_DIR] if TINY else [],
+            previous=lambda wc: previous_segment(wc, before=int(wc.step)),
+        output:
+            str(RUN.segment("{step}")),
+        wildcard_constraints:
+            step=r"\d+",
+        params:
+            parent=str(LAYOUT.parent_run_id),
+            trainer=train_command(SWEEP),
+        conda:
+            "../envs/harness.yaml"
+        log:
+            str(LAYOUT.log("train", "{run_id}.step_{step}")),
+        benchmark:
+            str(LAYOUT.benchmark("train", "{run_id}.step_{step}"))
+        threads: SWEEP.resources.train.cpus
+        resources:
+            mem_mb=SWEEP.resources.train.mem_mb,
+            runtime=runtime("train"),
+            **train_slurm_resources(SWEEP),
+        shell:
+            "exec {params.trainer} --config {input.cfg} --until-step {wildcards.step}"
+            " --parent-run-id-file {params.parent} > {log} 2>&1"
+
+
 rule train:
     input:
         cfg=rules.run_config.output[0],
         model=[MODEL_DIR] if TINY else [],
+        previous=previous_segment,
     output:
         str(RUN.done),
     params:
