@@ -8,7 +8,9 @@ Lengths are drawn from a lognormal (median ~1.5k response tokens, capped at 8k, 
 of rows in batch order, each padded to the whole batch's longest prompt + response (the
 trainer before token budgets). "trimmed": the same fixed chunks, each trimmed to its own
 longest row. "token budget": rows sorted by length and packed up to the budget
-(`optim.max_tokens_per_micro_batch`). The counts come from `trainer.logprobs` itself.
+(`optim.max_tokens_per_micro_batch`). "padding-free": `optim.padding_free`, each micro-batch
+one concatenated sequence (processed = real, by construction; the row shows how many
+forward passes the budget needs). The counts come from `trainer.logprobs` itself.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def main() -> None:
                 for b in args.budgets]
     for name, n in layouts:
         print(f"{name:<28}{n / real:>18.3f}")
+    for b in args.budgets:
+        groups = micro_batches(batch, rows, 10**9, b, padding_free=True)
+        processed = sum(int(batch.rows(g).attention_mask.sum()) for g in groups)
+        print(f"{f'padding-free {b:,}':<28}{processed / real:>18.3f}   ({len(groups)} forwards)")
 
 
 if __name__ == "__main__":
