@@ -71,6 +71,12 @@ if PENDING:
           "rule mlflow_sync attaches them", file=sys.stderr)
 
 
+def previous_segment(wildcards, before=None):
+    """The segment marker a train job waits for: the last segment before its step."""
+    earlier = [s for s in SEGMENTS if before is None or s < before]
+    return [str(LAYOUT.run(wildcards.run_id).segment(earlier[-1]))] if earlier else []
+
+
 def runtime(kind):
     """Minutes for a job of `kind`; each retry gets proportionally more."""
     base = getattr(SWEEP.resources, kind).runtime_min

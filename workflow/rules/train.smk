@@ -22,12 +22,6 @@ rule run_config:
         write_run_config(output[0], params.cfg)
 
 
-def previous_segment(wildcards, before=None):
-    """The segment marker a train job waits for: the last segment before its step."""
-    earlier = [s for s in SEGMENTS if before is None or s < before]
-    return [str(LAYOUT.run(wildcards.run_id).segment(earlier[-1]))] if earlier else []
-
-
 if SEGMENTS:
 
     rule train_segment:
