@@ -122,7 +122,7 @@ def collect_rows(sweep_dir: str | Path) -> list[Row]:
         if OURS not in ours["scorers"]:
             raise ValueError(f"{ours_path}: no {OURS} scorer; add it to eval.scorers")
         rows.append(compare(ours, theirs, _method(sweep_dir, run_id), run_id))
-    return sorted(rows, key=lambda r: (r.benchmark, r.method, r.step))
+    return sorted(rows, key=lambda r: (r.benchmark, r.method, r.run_id, r.step))
 
 
 def _pct(x: float | None) -> str:
@@ -136,15 +136,15 @@ def _interval(mean: float, low: float | None, high: float | None) -> str:
 def render_markdown(rows: list[Row]) -> str:
     """The concordance table, accuracies in percent."""
     lines = [
-        "| Method | Benchmark | Step | P | ours Mean@n [95% CI] | lighteval Mean@n [95% CI] "
+        "| Method | Run | Benchmark | Step | P | ours Mean@n [95% CI] | lighteval Mean@n [95% CI] "
         "| Difference | Noise (±) | Verdict |",
-        "|---|---|---:|---:|---|---|---:|---:|---|",
+        "|---|---|---|---:|---:|---|---|---:|---:|---|",
     ]
     for r in rows:
         verdict = ("agree" if r.agrees else "**different problems**" if not r.same_problems
                    else "**DISAGREE**")
         lines.append(
-            f"| {r.method} | {r.benchmark} | {r.step} | {r.problems} "
+            f"| {r.method} | `{r.run_id}` | {r.benchmark} | {r.step} | {r.problems} "
             f"| {_interval(r.ours_mean, r.ours_low, r.ours_high)} (n={r.ours_n}) "
             f"| {_interval(r.lighteval_mean, r.lighteval_low, r.lighteval_high)} "
             f"(n={r.lighteval_n}) | {100 * r.diff:+.2f} | {100 * r.noise:.2f} | {verdict} |")
@@ -159,7 +159,7 @@ def headline(rows: list[Row]) -> list[str]:
     if not bad:
         return [f"Cross-check: lighteval agrees with our math_verify Mean@n within sampling "
                 f"noise on all {len(rows)} checkpoint x benchmark pairs (see Concordance).", ""]
-    names = ", ".join(f"{r.method} {r.benchmark} step {r.step} ({100 * r.diff:+.2f} pts, "
+    names = ", ".join(f"{r.method} ({r.run_id}) {r.benchmark} step {r.step} ({100 * r.diff:+.2f} pts, "
                       f"noise ±{100 * r.noise:.2f})" for r in bad)
     return [f"**Cross-check disagreement**: lighteval and our math_verify Mean@n differ "
             f"beyond sampling noise on {len(bad)} of {len(rows)} pairs: {names}. Treat those "

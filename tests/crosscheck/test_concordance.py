@@ -80,12 +80,12 @@ def test_rows_files_and_headline(sweep):
     assert [(r.method, r.agrees) for r in rows] == [("GRPO", True), ("RPG-UFKL", False)]
     assert collect_rows(sweep) == rows
     table = (sweep / "crosscheck" / "concordance.md").read_text()
-    assert "| GRPO | toy | 100 | 10 | 50.00 [40.00, 60.00] (n=4) |" in table
+    assert "| GRPO | `grpo_s0` | toy | 100 | 10 | 50.00 [40.00, 60.00] (n=4) |" in table
     assert "| +25.00 | 20.50 | **DISAGREE** |" in table
     csv = (sweep / "crosscheck" / "concordance.csv").read_text().splitlines()
     assert len(csv) == 3 and csv[0].startswith("method,run_id,benchmark,step")
     first = headline(rows)[0]
-    assert "beyond sampling noise on 1 of 2 pairs: RPG-UFKL toy step 100 (+25.00 pts" in first
+    assert "beyond sampling noise on 1 of 2 pairs: RPG-UFKL (rpg_s0) toy step 100 (+25.00 pts" in first
     assert headline(rows[:1])[0].startswith("Cross-check: lighteval agrees")
     assert headline([]) == []
 
