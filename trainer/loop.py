@@ -331,12 +331,12 @@ class Trainer:
         reference's schedule, and whether the reference's weights are saved too."""
         payload = {
             "step": self.global_step, "sampler": self.sampler.state_dict(),
-            "reference": self.reference.state_dict(weights=lambda _: {}),
+            "reference": self.reference.counters(),
             "nonfinite_skips": self.nonfinite_skips, "nonfinite_in_row": self.nonfinite_in_row,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
         }
-        if payload["reference"].pop("weights", None) is not None:
-            payload["reference_weights"] = True  # a refreshed reference: its weights too
+        if self.reference.refreshed:
+            payload["reference_weights"] = True  # its weights are saved sharded too
         return payload
 
     def save_state(self) -> None:

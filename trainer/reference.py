@@ -53,21 +53,28 @@ class Reference:
         self.updates += 1
         self.schedule.on_refresh()
 
-    def state_dict(self, weights=None) -> dict:
-        """Counters, and the weights when they differ from the initial policy (resume).
-        `weights(model)` reads them (default: a CPU copy of the state dict; the trainer
-        passes a gatherer for sharded models)."""
-        state = {"updates": self.updates, **self.schedule.state_dict()}
-        if self.model is not None and self.updates > 0:
-            state["weights"] = (weights(self.model) if weights else
-                                {k: v.detach().cpu().clone()
-                                 for k, v in self.model.state_dict().items()})
+    @property
+    def refreshed(self) -> bool:
+        """True when the held reference differs from the initial policy (its weights are then
+        part of a resume state)."""
+        return self.model is not None and self.updates > 0
+
+    def counters(self) -> dict:
+        """The schedule's state and the refresh count, without weights (the trainer saves
+        the weights sharded, beside these)."""
+        return {"updates": self.updates, **self.schedule.state_dict()}
+
+    def state_dict(self) -> dict:
+        """Counters, and a CPU copy of the weights when `refreshed`."""
+        state = self.counters()
+        if self.refreshed:
+            state["weights"] = {k: v.detach().cpu().clone()
+                                for k, v in self.model.state_dict().items()}
         return state
 
-    def load_state_dict(self, state: dict, load=None) -> None:
-        """Counters and weights back; `load(model, weights)` writes the weights (default:
-        `model.load_state_dict`)."""
+    def load_state_dict(self, state: dict) -> None:
+        """Counters back, and the weights when the state holds them."""
         self.updates = state["updates"]
         self.schedule.load_state_dict(state)
         if "weights" in state:
-            (load or (lambda m, w: m.load_state_dict(w)))(self.model, state["weights"])
+            self.model.load_state_dict(state["weights"])
