@@ -24,6 +24,9 @@ from pathlib import Path
 
 import yaml
 
+from algorithms.methods import get_method
+from algorithms.reference import get_reference_schedule
+
 GiB = 2**30
 
 
@@ -158,9 +161,10 @@ PRESETS = [("config/paper.yaml",), ("config/paper.yaml", "config/paper-4k.yaml")
 def preset_row(paths, gpu: Gpu, mean_response: float = MEAN_RESPONSE) -> tuple[str, dict]:
     data = load(list(paths))
     gpus = data.get("resources", {}).get("train", {}).get("gpus", 1)
-    # GRPO-style methods keep a fixed reference copy; the RPG methods' reference is the
-    # rollout policy (no copy). Size for the larger when a sweep mixes both.
-    keeps_reference = any(m.startswith(("GRPO", "REINFORCE")) for m in data.get("methods", []))
+    # A schedule that holds a model (GRPO's fixed one) keeps a reference copy; the RPG
+    # methods' reference is the rollout policy (no copy). Size for the larger when mixed.
+    keeps_reference = any(get_reference_schedule(get_method(m).reference).holds_model
+                          for m in data.get("methods", []))
     row = estimate(data["base"], gpus, gpu, keeps_reference, mean_response)
     row["gpus"], row["steps"] = gpus, data["base"].get("optim", {}).get("steps", 100)
     return data.get("name", paths[0]), row
