@@ -2,7 +2,9 @@
 
 The model's backbone runs once; the LM head then runs over the response positions in
 chunks of `chunk_tokens` rows, each chunk upcast to float32 and reduced to (log-prob,
-entropy) immediately. Under autograd each chunk is checkpointed, so its [chunk, V] logits
+entropy) immediately. Under a bf16 compute dtype the head weight is cast inside each chunk
+from its float32 master, so its gradient is summed over chunks in float32 (cast once
+outside, it would be summed in bf16: ~1.2% error at a 152k vocabulary instead of ~0.3%). Under autograd each chunk is checkpointed, so its [chunk, V] logits
 are recomputed in backward instead of kept: peak memory is O(chunk * V), not O(B * T * V)
 (perf/logprob_memory.py measures it against the naive path).
 
@@ -17,15 +19,25 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
-# Rows per chunk = CHUNK_ELEMENTS // V (at least MIN_CHUNK_TOKENS): each float32 [chunk, V]
-# buffer is then ~8 MiB, and a chunk's forward+backward holds ~a dozen of them (logits,
-# softmax, entropy product, their gradients). 32k vocab -> 64 rows; 152k -> 32 rows.
+# CPU: rows per chunk = CHUNK_ELEMENTS // V (at least MIN_CHUNK_TOKENS): each float32
+# [chunk, V] buffer is then ~8 MiB, and a chunk's forward+backward holds ~a dozen of them
+# (logits, softmax, entropy product, their gradients). 32k vocab -> 64 rows; 152k -> 32.
 CHUNK_ELEMENTS = 2**21
 MIN_CHUNK_TOKENS = 32
+# GPU: every chunk re-reads the whole [V, H] head, so tiny chunks make the head memory-bound
+# (32 rows at 152k vocab: ~1.6 s per 32k-token micro-batch on an H100, by arithmetic).
+# ~2 GiB float32 logits per chunk, clamped to 2k-8k rows (verl chunks its entropy at 2,048
+# rows): 152k vocab -> 3,532 rows, ~10 chunks per 32k-token micro-batch; 32k vocab -> 8,192.
+GPU_CHUNK_ELEMENTS = 2**29
+GPU_CHUNK_TOKENS = (2048, 8192)
 
 
-def auto_chunk_tokens(vocab_size: int) -> int:
-    return max(MIN_CHUNK_TOKENS, CHUNK_ELEMENTS // vocab_size)
+def auto_chunk_tokens(vocab_size: int, device_type: str = "cpu") -> int:
+    """Rows of the LM head per chunk for a vocabulary on a device type ("cpu", "cuda")."""
+    if device_type == "cpu":
+        return max(MIN_CHUNK_TOKENS, CHUNK_ELEMENTS // vocab_size)
+    low, high = GPU_CHUNK_TOKENS
+    return min(high, max(low, GPU_CHUNK_ELEMENTS // vocab_size))
 
 
 @dataclass
@@ -129,9 +141,15 @@ def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> P
 
 def _chunk_stats(
     h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-    inv_temp: float, with_entropy: bool,
+    inv_temp: float, with_entropy: bool, compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h (n, H), weight (V, H), targets (n,) -> log-prob (n,) and entropy (n,), float32."""
+    """h (n, H), weight (V, H), targets (n,) -> log-prob (n,) and entropy (n,), float32.
+
+    `compute_dtype`: h, weight and bias are cast to it here, inside the chunk, so the
+    gradient reaching the (float32) weight is one float32 tensor per chunk."""
+    if compute_dtype is not None:
+        h, weight = h.to(compute_dtype), weight.to(compute_dtype)
+        bias = None if bias is None else bias.to(compute_dtype)
     logits = torch.nn.functional.linear(h, weight, bias).float()  # (n, V)
     if inv_temp != 1.0:
         logits = logits * inv_temp
@@ -148,14 +166,15 @@ def _chunk_stats(
 def head_logprobs(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
     bias: torch.Tensor | None = None, temperature: float = 1.0, chunk_tokens: int | None = None,
-    with_entropy: bool = False,
+    with_entropy: bool = False, compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden (N, H), weight (V, H), targets (N,) -> (log-prob (N,), entropy (N,)), float32.
 
-    Chunks of `chunk_tokens` rows (None: auto_chunk_tokens(V)); checkpointed per chunk when
-    gradients are needed.
+    Chunks of `chunk_tokens` rows (None: auto_chunk_tokens(V, hidden's device type));
+    checkpointed per chunk when gradients are needed. `compute_dtype` (e.g. bf16): the
+    GEMM's dtype, cast per chunk (`_chunk_stats`); None computes in the inputs' dtype.
     """
-    chunk_tokens = chunk_tokens or auto_chunk_tokens(weight.shape[0])
+    chunk_tokens = chunk_tokens or auto_chunk_tokens(weight.shape[0], hidden.device.type)
     grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     inv_temp = 1.0 / temperature
     logps, ents = [], []
@@ -164,9 +183,9 @@ def head_logprobs(
     for h, t in zip(hidden.split(chunk_tokens), targets.split(chunk_tokens)):
         if grad:
             lp, ent = checkpoint(_chunk_stats, h, weight, bias, t, inv_temp, with_entropy,
-                                 use_reentrant=False)
+                                 compute_dtype, use_reentrant=False)
         else:
-            lp, ent = _chunk_stats(h, weight, bias, t, inv_temp, with_entropy)
+            lp, ent = _chunk_stats(h, weight, bias, t, inv_temp, with_entropy, compute_dtype)
         logps.append(lp)
         ents.append(ent)
     return torch.cat(logps), torch.cat(ents)
@@ -220,14 +239,12 @@ def response_logprobs(
     with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
         h = states(backbone, batch)  # (B, T, H)
     B, T, H = h.shape
-    weight = head.weight if autocast is None else head.weight.to(autocast)
-    bias = getattr(head, "bias", None)
     h = h.reshape(B * T, H)  # (N, H)
-    if autocast is not None:
-        h = h.to(autocast)
+    # the head weight stays the float32 master here: head_logprobs casts it per chunk
     logp, ent = head_logprobs(
-        h, weight, batch.response_ids.reshape(B * T), bias=bias, temperature=temperature,
-        chunk_tokens=chunk_tokens, with_entropy=with_entropy,
+        h, head.weight, batch.response_ids.reshape(B * T), bias=getattr(head, "bias", None),
+        temperature=temperature, chunk_tokens=chunk_tokens, with_entropy=with_entropy,
+        compute_dtype=autocast,
     )
     mask = batch.response_mask
     return logp.view(B, T) * mask, ent.view(B, T) * mask
