@@ -37,6 +37,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    local_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
 
     @property
     def main(self) -> bool:
@@ -54,7 +55,8 @@ def init(device_type: str) -> World:
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size == 1:
         return World()
-    world = World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+    world = World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")),
+                  int(os.environ.get("LOCAL_WORLD_SIZE", str(size))))
     if not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
@@ -68,26 +70,65 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def shard(model: torch.nn.Module, world: World, device_type: str) -> torch.nn.Module:
-    """FSDP2: `fully_shard` each decoder layer, then the root (embeddings, norm, head).
+def mesh_shape(world: World) -> tuple[int, ...]:
+    """(ranks,) on one node; (nodes, ranks per node) across nodes: HSDP replicates across
+    nodes and shards within one, so the per-layer all-gathers and reduce-scatters stay on
+    the node's fast links and only one gradient all-reduce per layer crosses nodes."""
+    if world.local_size >= world.size or world.size % world.local_size:
+        return (world.size,)
+    return (world.size // world.local_size, world.local_size)
 
-    Parameters stay in their storage dtype (float32 master weights and AdamW states,
-    sharded); compute runs under the trainer's autocast (bf16 on GPU). Gradients are
-    reduced in float32.
-    """
-    if not world.distributed:
-        return model
+
+def device_mesh(world: World, device_type: str):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(device_type, (world.size,))
+    shape = mesh_shape(world)
+    names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def mixed_precision(param_dtype: torch.dtype | None):
+    """FSDP2's policy for the decoder layers: weights all-gathered and computed in
+    `param_dtype` (bf16 on GPU: half the bytes and unsharded-layer memory of float32),
+    gradients reduced in float32 and applied to the float32 master shards."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+
+
+def apply_fsdp(model: torch.nn.Module, mesh, param_dtype: torch.dtype | None = None,
+               offload: bool = False) -> torch.nn.Module:
+    """`fully_shard` each decoder layer with `mixed_precision(param_dtype)`, then the root.
+
+    The root (embeddings, final norm, LM head) keeps its storage dtype when gathered: the
+    chunked head casts its weight per chunk (trainer.logprobs), and a bf16 unsharded head
+    would sum its gradient over the chunks in bf16. `offload`: shards and optimizer-free
+    weights live on the CPU between uses (FSDP2's CPUOffloadPolicy; the held reference).
+    """
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
     layers = getattr(model.get_decoder(), "layers", None)
     if layers is None:
         raise TypeError(f"{type(model).__name__}: no decoder `layers` to shard")
+    offload_policy = CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy()
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=mixed_precision(param_dtype),
+                    offload_policy=offload_policy)
+    fully_shard(model, mesh=mesh, mp_policy=mixed_precision(None), offload_policy=offload_policy)
     return model
+
+
+def shard(model: torch.nn.Module, world: World, device_type: str,
+          param_dtype: torch.dtype | None = None, offload: bool = False) -> torch.nn.Module:
+    """FSDP2 over `device_mesh(world)` (`apply_fsdp`); world size 1: the model as it is.
+
+    Parameters stay in their storage dtype (float32 master weights and AdamW states,
+    sharded); decoder layers compute in `param_dtype` (the trainer passes its autocast
+    dtype: bf16 on GPU). Gradients are reduced in float32.
+    """
+    if not world.distributed:
+        return model
+    return apply_fsdp(model, device_mesh(world, device_type), param_dtype, offload)
 
 
 @contextlib.contextmanager

@@ -279,9 +279,12 @@ class Trainer:
         ref = self.cfg.method.reference
         self.reference = Reference(self.method.reference, self.model,
                                    **ref.model_dump(exclude={"schedule"}))
-        self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type)
+        # decoder layers compute in the autocast dtype (FSDP2's mixed-precision policy)
+        self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type,
+                                        param_dtype=self.autocast)
         self.ref_policy = (distributed.shard(PolicyLogProbs(self.reference.model), self.world,
-                                             self.device.type) if self.reference.held else None)
+                                             self.device.type, param_dtype=self.autocast)
+                           if self.reference.held else None)
         if self.world.distributed:
             # FSDP2 sets itself up at the root's first forward; generation calls the inner
             # model's layers directly, so run one root forward before any of that.
