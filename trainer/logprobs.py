@@ -110,6 +110,27 @@ def micro_batches(
     return [rows[torch.tensor(g, dtype=torch.long, device=rows.device)] for g in groups]
 
 
+def balanced_share(batch: PackedBatch, rows: torch.Tensor, rank: int, size: int) -> torch.Tensor:
+    """Rank `rank`'s rows of `rows` when `size` ranks split them by token count.
+
+    Longest first (ties by position), each row goes to the rank with the fewest tokens so
+    far (prompt + response, the forward's cost; ties to the lowest rank): every rank holds
+    the whole batch, so each computes the same partition with no collective, and the
+    ranks' token totals differ by at most one row's. Size 1: `rows` unchanged.
+    """
+    if size == 1:
+        return rows
+    cost = (batch.prompt_lengths[rows] + batch.response_lengths[rows].clamp_min(1)).tolist()
+    order = sorted(range(len(rows)), key=lambda i: (-cost[i], i))
+    load, mine = [0] * size, []
+    for i in order:
+        target = min(range(size), key=lambda r: (load[r], r))
+        load[target] += cost[i]
+        if target == rank:
+            mine.append(i)
+    return rows[torch.tensor(sorted(mine), dtype=torch.long, device=rows.device)]
+
+
 def padded_tokens(batch: PackedBatch, groups: list[torch.Tensor]) -> int:
     """Token positions a forward pass over `groups` processes (rows x trimmed width)."""
     total = 0

@@ -46,7 +46,7 @@ from trainer.checkpoint import (
 )
 from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
-from trainer.logprobs import PackedBatch, PolicyLogProbs, micro_batches, pack
+from trainer.logprobs import PackedBatch, PolicyLogProbs, balanced_share, micro_batches, pack
 from trainer.reference import Reference
 from trainer.rollout import logprob_gap, make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
@@ -490,10 +490,11 @@ class Trainer:
                        [lp for *_, group_lps in kept for lp in group_lps])
 
     def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
-        """This rank's micro-batches of `rows`; padded with empty ones to the largest rank's
-        count, since every FSDP2 forward is a collective."""
+        """This rank's micro-batches of `rows` (dealt to ranks by token count, so they finish
+        together); padded with empty ones to the largest rank's count, since every FSDP2
+        forward is a collective."""
         o = self.cfg.optim
-        mine = distributed.share(rows, self.world)
+        mine = balanced_share(batch, rows, self.world.rank, self.world.size)
         groups = micro_batches(batch, mine, o.micro_batch_size, o.max_tokens_per_micro_batch,
                                o.padding_free)
         empty = rows[:0]

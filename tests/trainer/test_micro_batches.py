@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.logprobs import micro_batches, pack, padded_tokens
+from trainer.logprobs import balanced_share, micro_batches, pack, padded_tokens
 from trainer.loop import Trainer
 
 
@@ -89,3 +89,30 @@ def test_padding_free_budget_counts_real_tokens():
     assert all(n <= 50 for n, g in zip(real, groups) if len(g) > 1)
     # real tokens pack tighter than padded rows under the same budget
     assert len(groups) < len(micro_batches(batch, torch.arange(len(lengths)), 8, 50))
+
+
+def _rank_tokens(batch, shares):
+    lengths = batch.attention_mask.sum(-1)
+    return [int(lengths[s].sum()) for s in shares]
+
+
+def test_rows_are_dealt_to_ranks_by_token_count():
+    """A skewed (log-normal) length mix over 4 ranks: every row on exactly one rank, and the
+    ranks' token totals within one row's length of each other (a strided deal of the same
+    rows is off by far more)."""
+    gen = torch.Generator().manual_seed(3)
+    resp = torch.exp(torch.randn(64, generator=gen) * 1.2 + 3).long().clamp(1, 2000)
+    lengths = [(int(p), int(t)) for p, t in zip(torch.randint(3, 20, (64,), generator=gen), resp)]
+    batch = _batch(lengths)
+    rows = torch.randperm(64, generator=gen)
+    shares = [balanced_share(batch, rows, r, 4) for r in range(4)]
+    assert sorted(torch.cat(shares).tolist()) == list(range(64))
+    tokens = _rank_tokens(batch, shares)
+    longest = int(batch.attention_mask.sum(-1).max())
+    assert max(tokens) - min(tokens) <= longest
+    assert (max(tokens) - min(tokens)) / (sum(tokens) / 4) < 0.05
+    strided = _rank_tokens(batch, [rows[r::4] for r in range(4)])
+    assert max(strided) - min(strided) > 3 * (max(tokens) - min(tokens))
+    # deterministic and order-preserving within a rank; world size 1 keeps `rows` as given
+    assert all(torch.equal(s, balanced_share(batch, rows, r, 4)) for r, s in enumerate(shares))
+    assert torch.equal(balanced_share(batch, rows, 0, 1), rows)
