@@ -19,6 +19,7 @@ length (padded), P prompt length (padded).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import random
 import time
 import warnings
@@ -77,6 +78,17 @@ class NonFiniteError(RuntimeError):
 # ---------------------------------------------------------------------------- setup helpers
 
 
+def check_attention(attn_implementation: str | None) -> None:
+    """flash_attention_2 needs the flash-attn wheel and a CUDA device; say so before loading
+    weights (transformers' own error comes after the model download)."""
+    if attn_implementation != "flash_attention_2":
+        return
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ValueError("model.attn_implementation=flash_attention_2 but flash_attn is not "
+                         "installed: pip install '.[flash-attn]' on the GPU node, or set "
+                         "model.attn_implementation: sdpa (docs/performance.md)")
+
+
 def load_policy(model_cfg, device: torch.device):
     """Model (train mode, `dtype` weights) and tokenizer (pad token guaranteed)."""
     if not model_cfg.path:
@@ -86,6 +98,7 @@ def load_policy(model_cfg, device: torch.device):
     tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_attention(model_cfg.attn_implementation)
     kwargs = {"dtype": torch_dtype(model_cfg.dtype), "trust_remote_code": False}
     if model_cfg.attn_implementation:
         kwargs["attn_implementation"] = model_cfg.attn_implementation
