@@ -5,14 +5,19 @@
 
 Back-of-envelope arithmetic, not a measurement: it says which term dominates and whether
 a job fits, to within ~30%. Memory per GPU under FSDP2 with N GPUs per job (P parameters):
-fp32 weights 4P/N, fp32 gradients 4P/N, AdamW moments 8P/N, the reference copy (fp32,
-sharded) 4P/N when the schedule keeps one, activations of one micro-batch of
+fp32 weights 4P/N, fp32 gradients 4P/N, AdamW moments 8P/N, the reference copy (bf16,
+sharded) 2P/N when the schedule keeps one, activations of one micro-batch of
 `max_tokens_per_micro_batch` tokens (with activation checkpointing: each layer's bf16
-input, plus one layer recomputed), and vLLM's colocated share (`vllm_gpu_memory_utilization`
-of the GPU: a full bf16 copy of the weights, TP=1, and the KV cache in the rest).
+input, plus one layer recomputed) plus one LM-head chunk (trainer.logprobs: ~8 float32
+[chunk, V] buffers), and vLLM's colocated share (`vllm_gpu_memory_utilization` of the GPU:
+a full bf16 copy of the weights, TP=1, and the KV cache in the rest).
 Time per step: decoding is memory-bandwidth bound (each generated token reads the weights
 once per decode step, shared by the batch, and its sequence's KV cache); the update is
-compute bound (2P FLOPs per token per forward, 6P forward+backward, +2P recompute).
+compute bound. A forward costs 2P FLOPs per token plus causal attention, 4 x layers x
+(query heads x head dim) x the token's mean context (half its sequence: padding-free
+varlen attention does not attend across rows); per step: the old-log-prob forward, the
+reference forward when one is held, forward+backward (3x), the checkpoint recompute (1x)
+and the chunked head's recompute in backward (2VH per token).
 The efficiency factors are assumptions, printed with the table.
 """
 
@@ -26,6 +31,7 @@ import yaml
 
 from algorithms.methods import get_method
 from algorithms.reference import get_reference_schedule
+from trainer.logprobs import GPU_CHUNK_BUFFERS, auto_chunk_tokens
 
 GiB = 2**30
 
@@ -40,15 +46,17 @@ class Arch:
     intermediate: int
     kv_heads: int
     head_dim: int
+    heads: int  # query heads
+    vocab: int
 
 
 # Published config.json values of the presets' models (so sizing works offline).
 ARCHS = {
-    "Qwen/Qwen3-0.6B": Arch(0.60e9, 28, 1024, 3072, 8, 128),
-    "Qwen/Qwen3-1.7B": Arch(1.72e9, 28, 2048, 6144, 8, 128),
-    "Qwen/Qwen3-4B": Arch(4.02e9, 36, 2560, 9728, 8, 128),
-    "Qwen/Qwen2.5-7B": Arch(7.62e9, 28, 3584, 18944, 4, 128),
-    "Qwen/Qwen2.5-7B-Instruct": Arch(7.62e9, 28, 3584, 18944, 4, 128),
+    "Qwen/Qwen3-0.6B": Arch(0.60e9, 28, 1024, 3072, 8, 128, 16, 151_936),
+    "Qwen/Qwen3-1.7B": Arch(1.72e9, 28, 2048, 6144, 8, 128, 16, 151_936),
+    "Qwen/Qwen3-4B": Arch(4.02e9, 36, 2560, 9728, 8, 128, 32, 151_936),
+    "Qwen/Qwen2.5-7B": Arch(7.62e9, 28, 3584, 18944, 4, 128, 28, 152_064),
+    "Qwen/Qwen2.5-7B-Instruct": Arch(7.62e9, 28, 3584, 18944, 4, 128, 28, 152_064),
 }
 
 
@@ -77,7 +85,7 @@ def _arch(path: str) -> Arch:
                      + 3 * c["hidden_size"] * c["intermediate_size"])
         params = c["num_hidden_layers"] * per_layer + c["vocab_size"] * c["hidden_size"]
         return Arch(params, c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"],
-                    c.get("num_key_value_heads", heads), head_dim)
+                    c.get("num_key_value_heads", heads), head_dim, heads, c["vocab_size"])
     if path not in ARCHS:
         raise SystemExit(f"sweep.sizing: base.model.path={path!r} is neither a local model "
                          f"directory nor one of {sorted(ARCHS)}; add its shape to ARCHS")
@@ -95,9 +103,11 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     ckpt = base["model"].get("gradient_checkpointing", False)
     act = tokens_mb * (arch.layers * arch.hidden * 2 + layer_act if ckpt
                        else arch.layers * layer_act)
+    chunk = auto_chunk_tokens(arch.vocab, "cuda")
+    act += GPU_CHUNK_BUFFERS * 4 * chunk * arch.vocab  # one LM-head chunk's backward
     util = rollout.get("vllm_gpu_memory_utilization", 0.35)
     memory = {"weights": 4 * p / n_gpu, "grads": 4 * p / n_gpu, "adamw": 8 * p / n_gpu,
-              "reference": 4 * p / n_gpu if keeps_reference else 0.0, "activations": act,
+              "reference": 2 * p / n_gpu if keeps_reference else 0.0, "activations": act,
               "vllm": util * gpu.memory_gib * GiB}
     new_tokens = rollout.get("max_new_tokens", 8192) * mean_response
     prompts = rollout.get("gen_prompts_per_round") or rollout.get("prompts_per_step", 8)
@@ -111,7 +121,10 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     rollout_s = decode_steps * step_bytes / (gpu.hbm_tb_s * 1e12 * MBU)
     train_tokens = (rollout.get("prompts_per_step", 8) * rollout.get("n", 8)
                     * (PROMPT_TOKENS + new_tokens))
-    flops = train_tokens * p * (2 + (8 if ckpt else 6))  # old-logprob forward + update
+    attn_context = (PROMPT_TOKENS + new_tokens) / 2  # causal: half the sequence on average
+    forward = 2 * p + 4 * arch.layers * arch.heads * arch.head_dim * attn_context  # per token
+    forwards = 1 + (1 if keeps_reference else 0) + 3 + (1 if ckpt else 0)
+    flops = train_tokens * (forwards * forward + 2 * arch.vocab * arch.hidden)
     update_s = flops / (n_gpu * gpu.bf16_tflops * 1e12 * MFU)
     out = {k: v / GiB for k, v in memory.items()}
     # Gradients are freed and vLLM sleeps (weights offloaded, KV discarded) in turn, so the
@@ -120,6 +133,7 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
                     + max(out["grads"] + out["activations"], out["vllm"]))
     out["kv_cache"] = kv_budget / GiB
     out["rollout_min"], out["update_min"] = rollout_s / 60, update_s / 60
+    out["update_tflop"] = flops / 1e12
     return out
 
 

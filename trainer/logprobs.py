@@ -26,9 +26,11 @@ CHUNK_ELEMENTS = 2**21
 MIN_CHUNK_TOKENS = 32
 # GPU: every chunk re-reads the whole [V, H] head, so tiny chunks make the head memory-bound
 # (32 rows at 152k vocab: ~1.6 s per 32k-token micro-batch on an H100, by arithmetic).
-# ~2 GiB float32 logits per chunk, clamped to 2k-8k rows (verl chunks its entropy at 2,048
-# rows): 152k vocab -> 3,532 rows, ~10 chunks per 32k-token micro-batch; 32k vocab -> 8,192.
-GPU_CHUNK_ELEMENTS = 2**29
+# ~1 GiB float32 logits per chunk (a chunk's backward holds ~8 such buffers), clamped to
+# 2k-8k rows (verl chunks its entropy at 2,048 rows): 152k vocab -> 2,048 rows, 16 chunks
+# per 32k-token micro-batch instead of 1,024; 32k vocab -> 8,192.
+GPU_CHUNK_ELEMENTS = 2**28
+GPU_CHUNK_BUFFERS = 8  # float32 [chunk, V] buffers alive in a chunk's backward (sizing)
 GPU_CHUNK_TOKENS = (2048, 8192)
 
 

@@ -30,9 +30,11 @@ def test_memory_terms_are_the_fsdp2_formulas(model_dir):
     assert r["weights"] * GiB == pytest.approx(4 * params / 4)
     assert r["grads"] * GiB == pytest.approx(4 * params / 4)
     assert r["adamw"] * GiB == pytest.approx(8 * params / 4)
-    assert r["reference"] * GiB == pytest.approx(4 * params / 4)
-    # checkpointed: every layer's bf16 input plus one layer's activations, per token
-    assert r["activations"] * GiB == pytest.approx(1000 * (3 * 64 * 2 + 2 * (10 * 64 + 4 * 128)))
+    assert r["reference"] * GiB == pytest.approx(2 * params / 4)  # held in bf16
+    # checkpointed: every layer's bf16 input plus one layer's activations, per token, plus
+    # one LM-head chunk's backward (8 float32 [8192 rows, V] buffers at V = 100)
+    assert r["activations"] * GiB == pytest.approx(
+        1000 * (3 * 64 * 2 + 2 * (10 * 64 + 4 * 128)) + 8 * 4 * 8192 * 100)
     assert r["vllm"] == pytest.approx(0.5 * gpu.memory_gib)
     assert r["total"] == pytest.approx(r["weights"] + r["adamw"] + r["reference"]
                                        + max(r["grads"] + r["activations"], r["vllm"]))
@@ -45,3 +47,20 @@ def test_every_shipped_preset_fits_an_80gb_gpu(paths):
     name, row = preset_row(paths, GPUS["h100"])
     assert row["total"] < GPUS["h100"].memory_gib, (name, row)
     assert row["rollout_min"] > 0 and row["update_min"] > 0
+
+
+def test_update_flops_count_attention_the_reference_and_the_head_recompute(model_dir):
+    """Per trained token: (old-logprob forward + reference forward + 3 x update + 1 x
+    recompute) x (2P + causal attention at half the sequence) + the head's recompute."""
+    per_layer = 64 * (4 + 2 * 2) * 16 + 4 * 16 * 64 + 3 * 64 * 128
+    params = 3 * per_layer + 100 * 64
+    base = {"model": {"path": str(model_dir), "gradient_checkpointing": True},
+            "rollout": {"prompts_per_step": 2, "n": 4, "max_new_tokens": 1000},
+            "optim": {}}
+    gpu = GPUS["h100"]
+    tokens = 2 * 4 * (200 + 500)  # prompts 200 tokens, mean response 0.5 x 1000
+    attention = 4 * 3 * (4 * 16) * (200 + 500) / 2
+    for keeps, forwards in ((True, 6), (False, 5)):
+        r = estimate(base, gpus=1, gpu=gpu, keeps_reference=keeps)
+        expect = tokens * (forwards * (2 * params + attention) + 2 * 100 * 64)
+        assert r["update_tflop"] * 1e12 == pytest.approx(expect)
