@@ -48,6 +48,12 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
     attn_implementation: str | None = Field(None, description="e.g. sdpa, flash_attention_2")
+    reference_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="storage dtype of a held reference model (no optimizer, so no "
+        "master copy needed); auto = bfloat16 when compute_dtype resolves to bfloat16")
+    reference_offload: bool = Field(
+        False, description="keep the held reference's shards on the CPU between its forwards "
+        "(FSDP2 CPUOffloadPolicy; GPU memory for PCIe traffic, once per rollout batch)")
 
 
 class TaskConfig(_Section):

@@ -78,6 +78,19 @@ class NonFiniteError(RuntimeError):
 # ---------------------------------------------------------------------------- setup helpers
 
 
+def load_device(world, device: torch.device) -> torch.device:
+    """Where `load_policy` puts the weights: the CPU when they will be sharded (FSDP2 moves
+    each rank's shards to its device), else the run's device."""
+    return torch.device("cpu") if world.distributed else device
+
+
+def reference_dtype(name: str, autocast: torch.dtype | None) -> torch.dtype | None:
+    """model.reference_dtype as a dtype; auto: bf16 when computing in bf16, else as stored."""
+    if name == "auto":
+        return torch.bfloat16 if autocast == torch.bfloat16 else None
+    return torch_dtype(name)
+
+
 def check_attention(attn_implementation: str | None) -> None:
     """flash_attention_2 needs the flash-attn wheel and a CUDA device; say so before loading
     weights (transformers' own error comes after the model download)."""
@@ -256,7 +269,9 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.model, self.tokenizer = load_policy(cfg.model, self.device)
+        # Distributed: weights load on the CPU and reach the GPU only as FSDP2 shards (a
+        # full fp32 copy per GPU would peak at ~16 GB for 4B parameters before sharding).
+        self.model, self.tokenizer = load_policy(cfg.model, load_device(self.world, self.device))
         self.problems = load_problems(cfg.task, seed=cfg.seed)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
@@ -289,14 +304,16 @@ class Trainer:
         """The reference (from the initial weights, before any resume state is loaded: a
         "fixed" reference is the initial policy) and the log-prob modules (FSDP2 roots when
         distributed; see trainer.distributed)."""
-        ref = self.cfg.method.reference
+        ref, m = self.cfg.method.reference, self.cfg.model
         self.reference = Reference(self.method.reference, self.model,
+                                   dtype=reference_dtype(m.reference_dtype, self.autocast),
                                    **ref.model_dump(exclude={"schedule"}))
         # decoder layers compute in the autocast dtype (FSDP2's mixed-precision policy)
         self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type,
                                         param_dtype=self.autocast)
         self.ref_policy = (distributed.shard(PolicyLogProbs(self.reference.model), self.world,
-                                             self.device.type, param_dtype=self.autocast)
+                                             self.device.type, param_dtype=self.autocast,
+                                             offload=m.reference_offload)
                            if self.reference.held else None)
         if self.world.distributed:
             # FSDP2 sets itself up at the root's first forward; generation calls the inner

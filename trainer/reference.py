@@ -20,9 +20,11 @@ class Reference:
 
     `settings` are the run config's `method.reference` keys the schedule uses (k, kappa,
     kl_ema); a schedule name that is not registered is a ValueError listing those that are.
+    `dtype`: the held copy's storage dtype (None: the policy's); a refresh casts into it.
     """
 
-    def __init__(self, schedule: str, policy=None, **settings) -> None:
+    def __init__(self, schedule: str, policy=None, *, dtype: torch.dtype | None = None,
+                 **settings) -> None:
         self.schedule = get_reference_schedule(schedule)(**settings)
         self.model = None
         if self.schedule.holds_model:
@@ -30,6 +32,8 @@ class Reference:
                 raise ValueError(f"reference schedule {schedule!r} needs the initial policy")
             self.model = copy.deepcopy(policy).eval()
             self.model.requires_grad_(False)
+            if dtype is not None:  # e.g. bf16: half the memory; it is never optimized
+                self.model.to(dtype)
         self.updates = 0  # ref_updates: refreshes so far
 
     @property
