@@ -99,7 +99,9 @@ class RolloutConfig(_Section):
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
     vllm_gpu_memory_utilization: float = Field(0.35, gt=0, le=1)
-    vllm_sleep_level: Literal[1, 2] = 1
+    vllm_sleep_level: Literal[1, 2] = Field(
+        2, description="vLLM sleep level between rollouts: 2 discards the weights (re-pushed "
+        "after each update; TRL and verl default), 1 copies them to host and back")
     vllm_max_model_len: int | None = None
 
 

@@ -13,6 +13,12 @@ FSDP2 runs collectives in every forward, so ranks must make the same number of f
 calls: micro-batch counts are padded to the largest rank's (`pad_to`), and generation
 runs on unsharded weights (`unsharded`), where ranks may decode different lengths.
 Rank 0 alone writes files; `model_state` gathers the full weights for it.
+
+Every collective here allocates its tensors on `collective_device`: the rank's GPU under
+NCCL (which has no CPU path: "No backend type associated with device type cpu"), the CPU
+under gloo. Python objects travel as pickled bytes in such a tensor (`gather`), and
+ragged rollouts as one padded tensor plus lengths (`gather_ragged`), never as
+`all_gather_object` lists of Python objects.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import pickle
 from dataclasses import dataclass
 
 import torch
@@ -131,19 +138,33 @@ def shard(model: torch.nn.Module, world: World, device_type: str,
     return apply_fsdp(model, device_mesh(world, device_type), param_dtype, offload)
 
 
+def fsdp_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every FSDP2-sharded module in `model` (each decoder layer and the root)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
 @contextlib.contextmanager
 def unsharded(model: torch.nn.Module, world: World):
     """Full weights on every rank for the duration (generation): one all-gather in, no
-    collective per forward inside, so ranks may run different numbers of forwards."""
+    collective per forward inside, so ranks may run different numbers of forwards.
+
+    `unshard()`/`reshard()` act on one module's own parameters, not its children's, so
+    each FSDP module is gathered and released: otherwise the layers would gather lazily at
+    their first forward and keep their full weights after generation."""
     if not world.distributed:
         yield
         return
+    modules = fsdp_modules(model)
     model.set_reshard_after_forward(False, recurse=True)
-    model.unshard()
+    for m in modules:
+        m.unshard()
     try:
         yield
     finally:
-        model.reshard()
+        for m in modules:
+            m.reshard()
         model.set_reshard_after_forward(True, recurse=True)
 
 
@@ -152,16 +173,38 @@ def share(rows: torch.Tensor, world: World) -> torch.Tensor:
     return rows[world.rank :: world.size]
 
 
-def all_sum(x: torch.Tensor, world: World) -> torch.Tensor:
-    if world.distributed:
-        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+# ------------------------------------------------------------------ collectives
+
+
+def collective_device(backend: str, local_rank: int) -> torch.device:
+    """Where a collective's tensors must live for this process group backend: NCCL works
+    on CUDA tensors only (the rank's own GPU); gloo, and a mixed `cpu:gloo,cuda:nccl`
+    group, take CPU tensors (no device copy for small control values)."""
+    if backend == "nccl":
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _device(world: World) -> torch.device:
+    return collective_device(str(dist.get_backend()), world.local_rank)
+
+
+def _all_reduce(x: torch.Tensor, op, world: World) -> torch.Tensor:
+    if not world.distributed:
+        return x
+    y = x.to(_device(world))
+    dist.all_reduce(y, op=op)
+    if y is not x:
+        x.copy_(y)
     return x
+
+
+def all_sum(x: torch.Tensor, world: World) -> torch.Tensor:
+    return _all_reduce(x, dist.ReduceOp.SUM, world)
 
 
 def all_max(x: torch.Tensor, world: World) -> torch.Tensor:
-    if world.distributed:
-        dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    return x
+    return _all_reduce(x, dist.ReduceOp.MAX, world)
 
 
 def pad_to(count: int, world: World) -> int:
@@ -171,13 +214,42 @@ def pad_to(count: int, world: World) -> int:
     return int(all_max(torch.tensor([count]), world))
 
 
+def _all_gather_padded(flat: torch.Tensor, world: World) -> list[torch.Tensor]:
+    """Every rank's 1-D `flat` (lengths may differ), in rank order: one gather of the
+    lengths, one of the values padded to the longest."""
+    device = _device(world)
+    n = torch.tensor([flat.numel()], device=device)
+    ns = [torch.zeros_like(n) for _ in range(world.size)]
+    dist.all_gather(ns, n)
+    counts = [int(c) for c in ns]  # one host sync
+    padded = torch.zeros(max(counts), dtype=flat.dtype, device=device)
+    padded[: flat.numel()] = flat.to(device)
+    out = [torch.empty_like(padded) for _ in range(world.size)]
+    dist.all_gather(out, padded)
+    return [t[:c].cpu() for t, c in zip(out, counts)]
+
+
+def gather_ragged(rows: list[list], world: World, dtype: torch.dtype) -> list[list[list]]:
+    """Every rank's list of variable-length rows (token ids, log-probs), in rank order, as
+    Python lists: gathered as one flat padded tensor plus the row lengths."""
+    if not world.distributed:
+        return [rows]
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    flat = torch.tensor([x for r in rows for x in r], dtype=dtype)
+    out = []
+    for lens, values in zip(_all_gather_padded(lengths, world),
+                            _all_gather_padded(flat, world)):
+        out.append([part.tolist() for part in torch.split(values, lens.tolist())])
+    return out
+
+
 def gather(obj, world: World) -> list:
-    """Every rank's picklable `obj`, in rank order, on every rank."""
+    """Every rank's picklable `obj`, in rank order, on every rank (small control objects:
+    pickled bytes in a tensor on the collective device)."""
     if not world.distributed:
         return [obj]
-    out: list = [None] * world.size
-    dist.all_gather_object(out, obj)
-    return out
+    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    return [pickle.loads(t.numpy().tobytes()) for t in _all_gather_padded(data, world)]
 
 
 def any_rank(flag: bool, world: World) -> bool:

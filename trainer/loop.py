@@ -187,6 +187,32 @@ class Round:
     logprobs: list[list[float] | None]  # per response: the engine's (vllm), or None (hf)
 
 
+def gather_rounds(mine: Round, world: distributed.World) -> list[Round]:
+    """Every rank's round, in rank order. Token ids and engine log-probs go as padded
+    tensors with lengths (GBs of Python objects per rank at paper scale otherwise); the
+    per-response scalars ride along as rows of length 1."""
+    if not world.distributed:
+        return [mine]
+    ids = distributed.gather_ragged(mine.prompt_ids + mine.token_ids, world, torch.long)
+    # float64: log-probs, rewards and flags come back exactly as they went in.
+    has_lp = [lp is not None for lp in mine.logprobs]
+    scalars = [[float(x), float(c), float(t), float(h)] for x, c, t, h in
+               zip(mine.rewards, mine.correct, mine.truncated, has_lp)]
+    floats = distributed.gather_ragged([lp or [] for lp in mine.logprobs] + scalars, world,
+                                       torch.float64)
+    out = []
+    for rank_ids, rank_floats in zip(ids, floats):
+        n_groups = len(rank_ids) - len(rank_floats) // 2
+        m = len(rank_floats) // 2
+        lps, sc = rank_floats[:m], rank_floats[m:]
+        out.append(Round(
+            prompt_ids=rank_ids[:n_groups], token_ids=rank_ids[n_groups:],
+            rewards=[row[0] for row in sc], correct=[bool(row[1]) for row in sc],
+            truncated=[bool(row[2]) for row in sc],
+            logprobs=[lp if row[3] else None for lp, row in zip(lps, sc)]))
+    return out
+
+
 @dataclass
 class Rollout:
     """One step's training batch (kept groups) plus stats over everything generated."""
@@ -475,14 +501,18 @@ class Trainer:
         kept: list[tuple] = []  # per group: prompt ids, response ids, rewards, engine log-probs
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
-        per_round = r.gen_prompts_per_round or r.prompts_per_step
+        # Without dynamic sampling one round is the whole batch: generating
+        # gen_prompts_per_round would throw the surplus groups away (and walk the data
+        # faster than the recipe).
+        per_round = (r.gen_prompts_per_round or r.prompts_per_step) if dynamic \
+            else r.prompts_per_step
         share = per_round // self.world.size
         while True:
             idx = self.sampler.take(per_round)
             mine = idx[self.world.rank * share : (self.world.rank + 1) * share]
             seed = generation_seed(self.cfg.seed, self.global_step,
                                    gen_batches * self.world.size + self.world.rank)
-            rounds = distributed.gather(
+            rounds = gather_rounds(
                 self._generate_round([self.problems[i] for i in mine], seed), self.world)
             gen_batches += 1
             for res in rounds:
@@ -501,6 +531,10 @@ class Trainer:
                                  res.logprobs[group]))
             if not dynamic or len(kept) >= r.prompts_per_step or gen_batches >= r.max_gen_batches:
                 break
+        # One sleep per rollout, after its last round: vLLM stays awake between rounds. Only
+        # when an update follows: it re-pushes the weights a level-2 sleep discards.
+        if kept:
+            self.engine.sleep()
         # Extra groups from the last refill are generated but not trained on (DAPO does the same).
         groups_kept = min(len(kept), r.prompts_per_step)
         dropped += len(kept) - groups_kept

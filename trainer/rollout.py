@@ -3,6 +3,7 @@
 
     rollout = make_engine(cfg, model, tokenizer, model_path=..., seed=..., compute_dtype=None)
     samples = rollout.generate(prompts, n=8, seed=step_seed)   # list (prompts) of list (n)
+    rollout.sleep()                     # once, after the rollout's last round (vllm on GPU)
     ...update the model...
     rollout.sync_weights(model)                                # vllm: push; hf: nothing
 
@@ -39,6 +40,11 @@ class RolloutEngine:
         return self.engine.generate(prompts, n=n, temperature=self.temperature,
                                     top_p=self.top_p, max_new_tokens=self.max_new_tokens,
                                     seed=seed)
+
+    def sleep(self) -> None:
+        """Hand the accelerator back to the trainer after a rollout's last generate (its
+        dynamic-sampling rounds share one wake); a no-op for engines that cannot sleep."""
+        self.engine.sleep()
 
     def sync_weights(self, model) -> None:
         """Give the engine the model's current weights. The gradients are freed first (the

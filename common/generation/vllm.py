@@ -9,10 +9,19 @@ core would msgpack-serialize the call and refuse functions and CUDA tensors). vL
 imported lazily (an optional extra). `max_tokens` is always explicit: vLLM's default of 16
 silently truncates reasoning.
 
-For rollouts on GPU each generate is `wake_up()` -> `generate()` -> `sleep(level)`, so the
-trainer has the memory while it updates; a weight push wakes the weights alone after the
-trainer freed its gradients and emptied the CUDA cache, the KV cache staying released until
-the next rollout. vLLM has no sleep mode on CPU, so there the engine simply stays up.
+For rollouts on GPU the trainer calls `sleep()` once after the whole rollout (every
+dynamic-sampling round), so the trainer has the memory while it updates; a weight push
+wakes the weights alone after the trainer freed its gradients and emptied the CUDA cache,
+the KV cache staying released until the next generate wakes it. Level 2 (the default, as
+in TRL and verl) discards the weights when asleep: the engine then refuses to generate
+until weights are pushed again, instead of sampling from freed memory. vLLM has no sleep
+mode on CPU, so there the engine simply stays up.
+
+Under torchrun (torch.distributed initialised) every rank builds its own engine with
+vLLM's `external_launcher` executor: its worker takes this rank's `LOCAL_RANK` device from
+the environment (the `uni` executor would put every rank's engine on local rank 0, i.e.
+cuda:0) and sizes the KV cache by the minimum free memory over ranks. TRL's colocate mode
+does the same. A single process keeps `uni`.
 """
 
 from __future__ import annotations
@@ -49,6 +58,12 @@ def vllm_on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+def executor_backend() -> str:
+    """vLLM's `distributed_executor_backend` for an engine in this process: one engine per
+    torchrun rank (`external_launcher`) when a process group exists, else `uni`."""
+    return "external_launcher" if torch.distributed.is_initialized() else "uni"
+
+
 def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: int | None,
              gpu_memory_utilization: float, sleep_mode: bool = False,
              tensor_parallel_size: int = 1):
@@ -73,6 +88,7 @@ def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: in
     return LLM(
         model=str(model_path), dtype=dtype, seed=seed, max_model_len=max_model_len,
         tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=sleep_mode,
+        distributed_executor_backend=executor_backend(),
         enable_prefix_caching=True, generation_config="vllm",
         logprobs_mode="processed_logprobs", **memory,
     )
@@ -152,14 +168,15 @@ def free_accelerator_memory() -> None:
 @register_engine
 class VLLMEngine(Engine):
     """An in-process vLLM `LLM`. `sleep_between=True` (rollouts): sleep at `sleep_level`
-    after start-up and after each generate, where vLLM can sleep (GPU)."""
+    after start-up and whenever the trainer calls `sleep()` (once per rollout), where vLLM
+    can sleep (GPU)."""
 
     name = "vllm"
 
     def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str, seed: int,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, sleep_between: bool = False,
-                 sleep_level: int = 1, progress: bool = False) -> None:
+                 sleep_level: int = 2, progress: bool = False) -> None:
         if tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -174,6 +191,7 @@ class VLLMEngine(Engine):
         self.sleep_level = sleep_level
         self.sleeps = sleep_between and not vllm_on_cpu()
         self.state = "awake"  # "asleep" | "weights" (weights up, no KV cache) | "awake"
+        self.weights_lost = False  # a level-2 sleep discarded them; no push since
         self.sleep()  # free the GPU for the first training step's setup
 
     @classmethod
@@ -185,9 +203,10 @@ class VLLMEngine(Engine):
                    tensor_parallel_size=options.tensor_parallel_size, progress=options.progress)
 
     def sleep(self) -> None:
-        if self.sleeps:
+        if self.sleeps and self.state != "asleep":
             self.llm.sleep(level=self.sleep_level)
             self.state = "asleep"
+            self.weights_lost = self.weights_lost or self.sleep_level == 2
 
     def wake(self, tags: list[str] | None = None) -> None:
         """Wake everything (tags None) or only the weights (`["weights"]`)."""
@@ -204,13 +223,17 @@ class VLLMEngine(Engine):
 
     def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
                  max_new_tokens: int, seed: int) -> list[list[Sample]]:
+        """Wakes the engine if asleep and leaves it awake: the caller sleeps it once after
+        its last generate of a rollout (a sleep per round would discard, or at level 1 copy
+        to host and back, the weights between dynamic-sampling rounds)."""
         params = vllm_sampling_params(n, temperature, top_p, max_new_tokens, seed)
+        if self.weights_lost:
+            raise RuntimeError("vllm engine: a level-2 sleep discarded the weights and none "
+                               "were pushed since; call sync_weights/load_weights before "
+                               "generate")
         self.wake()
-        try:
-            outputs = self.llm.generate(vllm_requests(self.tokenizer, prompts), params,
-                                        use_tqdm=self.progress)
-        finally:
-            self.sleep()  # hand the GPU back to the trainer
+        outputs = self.llm.generate(vllm_requests(self.tokenizer, prompts), params,
+                                    use_tqdm=self.progress)
         return vllm_outputs_to_samples(outputs)
 
     def load_weights(self, weights: Weights) -> None:
@@ -218,3 +241,4 @@ class VLLMEngine(Engine):
         stays released until generate needs it)."""
         self.wake(tags=["weights"])
         push_weights(self.llm, weights)
+        self.weights_lost = False

@@ -53,9 +53,13 @@ def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
 
 def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path):
     """Same global batch, 2 mini-batch updates (the second off-policy), a token budget:
-    loss metrics and updated weights agree in float32."""
+    old log-probs, loss metrics, the first mini-batch's gradients (before the optimizer)
+    and the updated weights agree in float32. The script runs Adam with eps = 1, whose step
+    is Lipschitz in the gradient, so float32 reduction noise in a gradient stays noise in
+    the weights on any CPU kernel (AVX2, AVX-512, ATEN_CPU_CAPABILITY=default)."""
     cfg = write_config(tmp_path, "eq", model_path=tiny_dir,
-                       optim={"max_tokens_per_micro_batch": 40, "micro_batch_size": 3})
+                       optim={"max_tokens_per_micro_batch": 40, "micro_batch_size": 3,
+                              "lr": 0.05})
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     script = str(HERE / "dist_update_script.py")
     for cmd, out in (([sys.executable, script], one), ([*TORCHRUN, script], two)):
@@ -66,15 +70,16 @@ def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path):
     assert a["metrics"].keys() == b["metrics"].keys()
     for k, v in a["metrics"].items():
         assert b["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    assert a["grads"].keys() == b["grads"].keys() and len(a["grads"]) > 0
+    for k, g in a["grads"].items():
+        torch.testing.assert_close(b["grads"][k], g, rtol=1e-4, atol=1e-6, msg=k)
     assert a["weights"].keys() == b["weights"].keys()
-    # Adam's first steps move a weight by ~lr whatever the gradient's size, so a gradient
-    # at float32 noise level (reduction order) may move it differently: atol 1e-5 << lr.
     for k, w in a["weights"].items():
-        torch.testing.assert_close(b["weights"][k], w, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b["weights"][k], w, rtol=1e-5, atol=1e-6, msg=k)
     # the update really moved the weights (the comparison is not of two untouched models)
     start = AutoModelForCausalLM.from_pretrained(tiny_dir).state_dict()
     moved = max(float((a["weights"]["model." + k] - v).abs().max()) for k, v in start.items())
-    assert moved > 1e-4
+    assert moved > 1e-3
 
 
 def test_two_process_run_writes_one_line_per_step_and_a_loadable_checkpoint(tiny_dir, tmp_path):
