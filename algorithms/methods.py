@@ -20,8 +20,8 @@ from .advantages import ADVANTAGE_ESTIMATORS
 from .config import ClipConfig, LossConfig
 from .reference import get_reference_schedule
 
-PAPER_CLIP = ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=10.0)  # Sec. 5; scripts' c = 10
-GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2, dual_c=10.0)  # run_grpo_7b.sh (App. H: 0.1)
+PAPER_CLIP = ClipConfig()  # Sec. 5 (0.2, 0.28); scripts' c = 10: ClipConfig's defaults
+GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2)  # run_grpo_7b.sh (App. H: 0.1)
 PAPER_BETA = 1e-4  # Sec. 5: KL coefficient for every KL-regularized run
 
 

@@ -89,3 +89,14 @@ def test_with_overrides_revalidates():
     assert m.loss.beta == 1e-3 and m.loss.divergence == "urkl"
     with pytest.raises(ValueError, match="estimator"):
         with_overrides(get_method("RPG-URKL"), loss={"estimator": "k2"})
+
+
+def test_one_dual_clip_default_the_papers():
+    """ClipConfig owns c: the method registry and a sweep's clip axis that leaves dual_c unset
+    both get the released recipe's c = 10 (an axis once defaulted to verl's 3)."""
+    from algorithms.methods import PAPER_CLIP
+    from sweep.spec import ClipAxis
+
+    assert ClipConfig().dual_c == 10.0
+    assert PAPER_CLIP == ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=10.0)
+    assert ClipAxis(eps_low=0.1, eps_high=0.1).dual_c == 10.0
