@@ -19,7 +19,7 @@ Form = Literal["differentiable", "reinforce"]
 Estimator = Literal["k1", "k2", "k3"]
 Placement = Literal["exact", "loss", "reward", "none"]
 ImportanceWeight = Literal["none", "detached", "differentiable"]
-RatioLevel = Literal["token", "sequence"]
+RatioLevel = Literal["token", "sequence", "sequence_normalized"]
 Aggregation = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
@@ -69,7 +69,9 @@ class LossConfig(BaseModel):
     kl_placement: "exact" (rpg only), "loss", "reward" or "none".
     kl_importance_weight: weight on a loss-placed penalty: "none" (GRPO), "detached" or
         "differentiable" (the paper's Sec. 2.2 correction of GRPO).
-    ratio_level: "token" (practical) or "sequence" (product of token ratios; rpg only).
+    ratio_level: "token" (practical), "sequence" (product of token ratios, the exact
+        estimator; rpg only) or "sequence_normalized" (GSPO: the length-normalised, i.e.
+        geometric-mean, product of token ratios, clipped per sequence; ppo only).
     clip: None or a ClipConfig.
     beta: KL coefficient; 0 exactly when kl_placement is "none".
     agg: how the [batch, tokens] loss is reduced to a scalar.
