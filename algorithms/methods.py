@@ -23,7 +23,7 @@ from .reference import get_reference_schedule
 PAPER_CLIP = ClipConfig()  # Sec. 5 (0.2, 0.28); scripts' c = 10: ClipConfig's defaults
 GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2)  # run_grpo_7b.sh (App. H: 0.1)
 PAPER_BETA = 1e-4  # Sec. 5: KL coefficient for every KL-regularized run
-# GSPO (Zheng et al. 2025, Sec. 5.1): left and right clip 3e-4 and 4e-4 on the normalised
+# GSPO (Zheng et al. 2025): left and right clip 3e-4 and 4e-4 on the normalised
 # sequence ratio; no dual clip (verl's compute_policy_loss_gspo has none).
 GSPO_CLIP = ClipConfig(eps_low=3e-4, eps_high=4e-4, dual_c=None)
 # CISPO bounds the weight of every token: the RPG paper's range (MiniMax-M1 sets no lower

@@ -84,3 +84,23 @@ def test_the_unnormalised_sequence_ratio_is_kept_and_rules_name_the_fix():
     ):
         with pytest.raises(ValueError, match=match):
             LossConfig(**kw)
+
+
+def test_audit_places_the_designs_against_the_exact_gradient():
+    """On-policy (w = 1, nothing clipped) RLOO's and CISPO's REINFORCE is exact; GSPO's
+    token-mean log pi halves a two-token gradient: relative bias exactly 1/2 on the tree, 0 on
+    the one-token policy. Off-policy the clips bias all three."""
+    from algorithms.audit import CATEGORICAL, TREE, audit_one, design_rows, make_problem
+
+    rows = {r.name: r for r in design_rows()}
+    assert set(rows) == {"RLOO (no KL)", "GSPO (no KL)", "CISPO (no KL)",
+                         "RLOO, k1 in reward", "CISPO, k1 in reward"}
+    on_tree, on_cat = make_problem(TREE, "on_policy"), make_problem(CATEGORICAL, "on_policy")
+    for name in ("RLOO (no KL)", "CISPO (no KL)"):
+        assert audit_one(on_tree, rows[name].cfg, None).rel_bias < 1e-12
+    gspo = rows["GSPO (no KL)"].cfg
+    assert audit_one(on_tree, gspo, None).rel_bias == pytest.approx(0.5, abs=1e-12)
+    assert audit_one(on_cat, gspo, None).rel_bias < 1e-12
+    off = make_problem(TREE, "off_policy")
+    for name in ("RLOO (no KL)", "GSPO (no KL)", "CISPO (no KL)"):
+        assert audit_one(off, rows[name].cfg, None).rel_bias > 1e-3
