@@ -4,6 +4,7 @@
     dr_grpo                same as group_mean: Dr. GRPO drops GRPO's std division
     group_zscore           (R - mean_group(R)) / (std_group(R) + eps)        (GRPO)
     batch_mean             R - mean_batch(R)
+    rloo                   R_i - mean_{j != i, same group} R_j      (RLOO; Ahmadian et al. 2024)
     reinforce_pp           returns whitened over all response tokens   (REINFORCE++)
     reinforce_pp_baseline  R - mean_group(R), whitened over all response tokens
 
@@ -92,6 +93,18 @@ def _reinforce_pp_baseline(rewards, group_ids, returns, mask):
     return _whiten(returns - (mean[:, None] if returns.dim() == 2 else mean), mask)
 
 
+def _leave_one_out(rewards, group_ids):
+    """Per-sample mean of the *other* rewards of its group (and scale 1): RLOO's baseline,
+    K/(K-1) times group_mean's centring; a group of one has baseline 0, as the released
+    `compute_rloo_outcome_advantage` leaves a lone sample's score unchanged."""
+    mean, _ = _group_stats(rewards, group_ids)
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    n = counts[inverse].to(rewards.dtype)  # (B,) group size of each sample
+    others = torch.where(n > 1, (mean * n - rewards) / (n - 1).clamp_min(1.0),
+                         torch.zeros_like(rewards))
+    return others, torch.ones_like(rewards)
+
+
 def _batch(rewards, group_ids):
     return rewards.mean().expand_as(rewards), torch.ones_like(rewards)
 
@@ -101,6 +114,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
     "dr_grpo": _centered(_group_stats),
     "group_zscore": _centered(_group_stats, scale=True),
     "batch_mean": _centered(_batch),
+    "rloo": _centered(_leave_one_out),
     "reinforce_pp": _reinforce_pp,
     "reinforce_pp_baseline": _reinforce_pp_baseline,
 }

@@ -35,6 +35,7 @@ from .advantages import token_returns
 from .config import LossConfig
 from .kl import divergence, kl_reward_penalty
 from .losses import compute_policy_loss
+from .methods import METHODS
 
 DTYPE = torch.float64
 BETA = 0.1  # large enough that the KL part is visible next to the reward part
@@ -184,7 +185,7 @@ class Row:
     name: str
     family: str
     cfg: LossConfig
-    intended: str  # divergence whose gradient the loss is meant to follow
+    intended: str | None  # divergence whose gradient the loss follows (None: E[R], no KL)
 
 
 def audit_rows(beta: float = BETA) -> list[Row]:
@@ -203,11 +204,28 @@ def audit_rows(beta: float = BETA) -> list[Row]:
     for est in ("k1", "k2", "k3"):
         cfg = LossConfig(objective="ppo", estimator=est, kl_placement="reward", beta=beta)
         rows.append(Row(f"{est} in reward", "penalty", cfg, "rkl"))
+    rows += design_rows(beta)
+    return rows
+
+
+def design_rows(beta: float = BETA) -> list[Row]:
+    """The designs run beside RPG, as their methods run them (no KL: the target is E[R]), and
+    CISPO / clipped REINFORCE with k1 in the reward against the reverse-KL objective. The
+    advantage is the raw reward here: a baseline (RLOO's leave-one-out) leaves the expected
+    gradient unchanged, so RLOO's row is its clipped REINFORCE loss."""
+    rows = [Row(f"{name} (no KL)", "design", METHODS[name].loss, None)
+            for name in ("RLOO", "GSPO", "CISPO")]
+    for name in ("RLOO", "CISPO"):
+        cfg = METHODS[name].loss.model_copy(
+            update={"estimator": "k1", "kl_placement": "reward", "beta": beta})
+        rows.append(Row(f"{name}, k1 in reward", "design",
+                        LossConfig.model_validate(cfg.model_dump()), "rkl"))
     return rows
 
 
 DIVERGENCE_LABEL = {"fkl": "KL(ref||pi)", "ufkl": "UKL(ref||pi)", "rkl": "KL(pi||ref)",
                     "urkl": "UKL(pi||ref)"}
+NO_KL_LABEL = "none (J = E[R])"  # a design without a KL term: its target is E_pi[R]
 
 
 def run_audit(seed: int = 0, beta: float = BETA, policies=tuple(POLICIES)) -> pd.DataFrame:
@@ -219,7 +237,7 @@ def run_audit(seed: int = 0, beta: float = BETA, policies=tuple(POLICIES)) -> pd
             res = audit_one(make_problem(policy, scenario, seed), row.cfg, row.intended)
             records.append({
                 "policy": pname, "loss": row.name, "family": row.family,
-                "intended": DIVERGENCE_LABEL[row.intended], "scenario": scenario,
+                "intended": DIVERGENCE_LABEL.get(row.intended, NO_KL_LABEL), "scenario": scenario,
                 "rel_bias": res.rel_bias, "rel_bias_kl": res.rel_bias_kl,
                 "descends": res.descends, "variance": res.variance,
                 "variance_kl": res.variance_kl,

@@ -19,13 +19,19 @@ Form = Literal["differentiable", "reinforce"]
 Estimator = Literal["k1", "k2", "k3"]
 Placement = Literal["exact", "loss", "reward", "none"]
 ImportanceWeight = Literal["none", "detached", "differentiable"]
-RatioLevel = Literal["token", "sequence"]
+RatioLevel = Literal["token", "sequence", "sequence_normalized"]
 Aggregation = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
 
+PAPER_DUAL_C = 10.0  # the released recipe's clip_ratio_c=10.0 (every script); the paper gives none
+
+
 class ClipConfig(BaseModel):
     """Importance-weight clipping: PPO-style range [1-eps_low, 1+eps_high] plus dual clip c.
+
+    The defaults are the paper's (Sec. 5: 0.2, 0.28) and the released recipe's c = 10: the one
+    owner of these numbers (`PAPER_CLIP`, the sweep's clip axis and run configs read them).
 
     On the differentiable surrogate this is Algorithm 1 of the paper (dual-clip PPO on the
     reward term); on the REINFORCE surrogate it is Algorithm 2, "RPG-Style Clip".
@@ -35,7 +41,8 @@ class ClipConfig(BaseModel):
 
     eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="lower clip: w < 1 - eps_low")
     eps_high: float = Field(0.28, ge=0.0, description="upper clip: w > 1 + eps_high")
-    dual_c: float | None = Field(3.0, description="dual clip for A < 0: w > c (None = off)")
+    dual_c: float | None = Field(PAPER_DUAL_C,
+                                 description="dual clip for A < 0: w > c (None = off)")
 
     @model_validator(mode="after")
     def _check_c(self) -> ClipConfig:
@@ -43,7 +50,7 @@ class ClipConfig(BaseModel):
             raise ValueError(
                 f"clip.dual_c={self.dual_c} must exceed 1 + eps_high = {1.0 + self.eps_high} "
                 "(dual clip bounds the weight of negative-advantage tokens from above); "
-                "use e.g. 3.0, or null to disable"
+                f"use e.g. {PAPER_DUAL_C} (the paper's), or null to disable"
             )
         return self
 
@@ -62,7 +69,9 @@ class LossConfig(BaseModel):
     kl_placement: "exact" (rpg only), "loss", "reward" or "none".
     kl_importance_weight: weight on a loss-placed penalty: "none" (GRPO), "detached" or
         "differentiable" (the paper's Sec. 2.2 correction of GRPO).
-    ratio_level: "token" (practical) or "sequence" (product of token ratios; rpg only).
+    ratio_level: "token" (practical), "sequence" (product of token ratios, the exact
+        estimator; rpg only) or "sequence_normalized" (GSPO: the length-normalised, i.e.
+        geometric-mean, product of token ratios, clipped per sequence; ppo only).
     clip: None or a ClipConfig.
     beta: KL coefficient; 0 exactly when kl_placement is "none".
     agg: how the [batch, tokens] loss is reduced to a scalar.

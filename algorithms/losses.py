@@ -1,4 +1,5 @@
-"""Surrogate policy losses: the RPG family, PPO/GRPO/DAPO clip, importance-weighted REINFORCE.
+"""Surrogate policy losses: the RPG family, PPO/GRPO/DAPO clip (and GSPO's sequence-level
+clip), importance-weighted REINFORCE, CISPO.
 
 Legend: B = batch (sequences), T = response tokens. Per token, with grad only through logp:
 
@@ -112,6 +113,9 @@ def _check_rpg(cfg: LossConfig) -> None:
                       "the rpg surrogate carries its own weights; leave it 'none'")
     if cfg.beta <= 0:
         raise invalid(cfg, "beta", cfg.beta, "rpg needs beta > 0 (use ppo without KL for beta=0)")
+    if cfg.ratio_level == "sequence_normalized":
+        raise invalid(cfg, "ratio_level", cfg.ratio_level, "GSPO's normalised ratio is ppo's; "
+                      "rpg's exact sequence ratio is 'sequence'")
 
 
 @register_objective("rpg", check=_check_rpg, default_form="differentiable", exact_kl=True)
@@ -180,8 +184,16 @@ def _check_penalty(cfg: LossConfig) -> None:
     if cfg.form != form:
         raise invalid(cfg, "form", cfg.form, f"{cfg.objective} is {form!r} by definition; "
                       "use objective='rpg' to choose a form")
-    if cfg.ratio_level != "token":
-        raise invalid(cfg, "ratio_level", cfg.ratio_level, "sequence ratios are for rpg only")
+    if cfg.ratio_level == "sequence":
+        raise invalid(cfg, "ratio_level", cfg.ratio_level, "exact sequence ratios are for rpg "
+                      "only; ppo takes GSPO's 'sequence_normalized'")
+    if cfg.ratio_level == "sequence_normalized":
+        if cfg.objective != "ppo":
+            raise invalid(cfg, "ratio_level", cfg.ratio_level,
+                          "GSPO's normalised sequence ratio is for objective 'ppo' only")
+        if cfg.kl_placement != "none":
+            raise invalid(cfg, "kl_placement", cfg.kl_placement, "GSPO's sequence ratio takes "
+                          "one advantage per sequence and no per-token KL; use 'none'")
 
 
 @register_objective("ppo", check=_check_penalty, default_form="differentiable")
@@ -198,6 +210,33 @@ def _reinforce_terms(cfg, logp, logw, logq, adv) -> Terms:
     regions = clip_regions(w, adv, cfg.clip)
     keep = regions.active.to(logp.dtype)
     pg = -(w * adv).detach() * logp * keep
+    return Terms(pg, _penalty(cfg, logp, logw, logq), regions, w)
+
+
+def _check_cispo(cfg: LossConfig) -> None:
+    """CISPO clips the weight on both sides whatever the advantage's sign: no dual clip."""
+    _check_penalty(cfg)
+    if cfg.clip is not None and cfg.clip.dual_c is not None:
+        raise invalid(cfg, "clip.dual_c", cfg.clip.dual_c, "CISPO's weight is clipped to "
+                      "[1 - eps_low, 1 + eps_high] for every token; set clip.dual_c: null")
+
+
+@register_objective("cispo", check=_check_cispo, default_form="reinforce")
+def _cispo_terms(cfg, logp, logw, logq, adv) -> Terms:
+    """CISPO (MiniMax-M1, Chen et al. 2025, eq. 4-5): -SG(clip(w, 1-eps_low, 1+eps_high) A)
+    log pi. The clip bounds the weight instead of dropping the token: every token keeps a
+    gradient; the clip_frac_* metrics count the tokens whose weight was bounded."""
+    w = logw.exp()
+    if cfg.clip is None:
+        weight = w
+        none = torch.zeros_like(w, dtype=torch.bool)
+        regions = ClipRegions(none, none, none)
+    else:
+        low, high = 1.0 - cfg.clip.eps_low, 1.0 + cfg.clip.eps_high
+        weight = w.clamp(min=low, max=high)
+        moved = (adv != 0).expand_as(w)
+        regions = ClipRegions((w > high) & moved, (w < low) & moved, torch.zeros_like(moved))
+    pg = -(weight * adv).detach() * logp
     return Terms(pg, _penalty(cfg, logp, logw, logq), regions, w)
 
 
@@ -273,7 +312,23 @@ def compute_policy_loss(
     logw = logp - old_logp
     logq = torch.zeros_like(old_logp) if ref_logp is None else ref_logp - old_logp
 
-    if cfg.ratio_level == "sequence":
+    if cfg.ratio_level == "sequence_normalized":
+        # GSPO (Zheng et al. 2025, eq. 7): s = (pi / mu)^(1/|y|), the geometric mean of the
+        # token ratios, clipped per sequence; log pi enters as its token mean, so the gradient
+        # is s A (1/|y|) sum_t grad log pi_t. Spread evenly over the tokens like "sequence".
+        if adv.shape[-1] != 1:
+            raise ValueError("ratio_level='sequence_normalized' needs one advantage per "
+                             f"sequence, got advantages of shape {tuple(advantages.shape)}")
+        length = maskf.sum(-1, keepdim=True).clamp_min(1.0)  # (B, 1)
+        terms = get_objective(cfg.objective).terms(
+            cfg, (logp * maskf).sum(-1, keepdim=True) / length,
+            (logw * maskf).sum(-1, keepdim=True) / length,
+            (logq * maskf).sum(-1, keepdim=True) / length, adv,
+        )
+        per_token = maskf / length  # (B, T)
+        pg, kl = terms.pg * per_token, terms.kl * per_token
+        weight_mask = maskf.any(-1, keepdim=True)
+    elif cfg.ratio_level == "sequence":
         # Product of token ratios: one weight per sequence, exact for every divergence on
         # sequences (higher variance). The sequence loss is spread evenly over its tokens
         # so that `agg` keeps its meaning.

@@ -20,9 +20,15 @@ from .advantages import ADVANTAGE_ESTIMATORS
 from .config import ClipConfig, LossConfig
 from .reference import get_reference_schedule
 
-PAPER_CLIP = ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=10.0)  # Sec. 5; scripts' c = 10
-GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2, dual_c=10.0)  # run_grpo_7b.sh (App. H: 0.1)
+PAPER_CLIP = ClipConfig()  # Sec. 5 (0.2, 0.28); scripts' c = 10: ClipConfig's defaults
+GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2)  # run_grpo_7b.sh (App. H: 0.1)
 PAPER_BETA = 1e-4  # Sec. 5: KL coefficient for every KL-regularized run
+# GSPO (Zheng et al. 2025): left and right clip 3e-4 and 4e-4 on the normalised
+# sequence ratio; no dual clip (verl's compute_policy_loss_gspo has none).
+GSPO_CLIP = ClipConfig(eps_low=3e-4, eps_high=4e-4, dual_c=None)
+# CISPO bounds the weight of every token: the RPG paper's range (MiniMax-M1 sets no lower
+# bound; ClipConfig needs eps_low < 1), no dual clip.
+CISPO_CLIP = ClipConfig(dual_c=None)
 
 
 class Method(BaseModel):
@@ -91,6 +97,26 @@ _METHODS = [
            loss=LossConfig(objective="ppo", clip=PAPER_CLIP, agg="seq-mean-token-sum-norm"),
            advantage="dr_grpo", reference="rollout",
            source="Liu et al. 2025 (no std division, constant length normaliser, no KL)"),
+]
+_METHODS += [
+    Method(name="RLOO",
+           loss=LossConfig(objective="reinforce", clip=PAPER_CLIP, agg="token-mean"),
+           advantage="rloo", reference="rollout",
+           source="Ahmadian et al. 2024 (leave-one-out baseline, REINFORCE, no KL); released "
+                  "RPG code's compute_rloo_outcome_advantage; token-mean and the paper's clip "
+                  "as every other row here"),
+    Method(name="GSPO",
+           loss=LossConfig(objective="ppo", ratio_level="sequence_normalized", clip=GSPO_CLIP,
+                           agg="seq-mean-token-sum"),
+           advantage="group_zscore", reference="rollout",
+           source="Zheng et al. 2025: length-normalised sequence ratio, sequence-level clip "
+                  "(3e-4, 4e-4), group-normalised advantage, no KL; the mean over sequences is "
+                  "its 1/G sum"),
+    Method(name="CISPO", loss=LossConfig(objective="cispo", clip=CISPO_CLIP, agg="token-mean"),
+           advantage="group_zscore", reference="rollout",
+           source="MiniMax-M1 (Chen et al. 2025) eq. 4-5: REINFORCE with a clipped, "
+                  "stop-gradient weight, token-mean, group-normalised advantage, no KL; the "
+                  "RPG paper's (0.2, 0.28) range (departure: MiniMax-M1 sets no lower bound)"),
 ]
 for _div in ("fkl", "rkl", "ufkl", "urkl"):
     _METHODS.append(Method(

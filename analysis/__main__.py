@@ -16,7 +16,7 @@ import argparse
 import sys
 import warnings
 
-from analysis.delta import DeltaOptions
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
 
 
 def _report_parser() -> argparse.ArgumentParser:
@@ -46,7 +46,7 @@ def _report_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--baseline",
-        default="DAPO",
+        default=BASELINE_METHOD,
         help="label every method is compared with in the Δ column and the verdict",
     )
     p.add_argument(
@@ -63,7 +63,7 @@ def _report_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--verdict-scorer",
-        default="dapo",
+        default=VERDICT_SCORER,
         help="scorer whose table the verdict paragraph reads",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or warning echo")

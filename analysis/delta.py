@@ -23,6 +23,8 @@ from analysis.collect import problem_scores
 from analysis.stats import DEFAULT_REPS, DEFAULT_SEED, paired_bootstrap
 
 DELTA_COLUMNS = ("delta", "delta_low", "delta_high", "delta_pairs")
+BASELINE_METHOD = "DAPO"  # the paper's main comparison: the one owner of the default baseline
+VERDICT_SCORER = "dapo"  # the scorer whose table the verdict reads by default (DAPO's grader)
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class DeltaOptions:
     """baseline: the label every other method is compared with; reps and seed: the
     bootstrap's resamples and Generator seed (the same seed gives the same intervals)."""
 
-    baseline: str = "DAPO"
+    baseline: str = BASELINE_METHOD
     reps: int = DEFAULT_REPS
     seed: int = DEFAULT_SEED
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from analysis.collect import Collection, collect, collect_initial
 from analysis.concordance import report_lines as concordance_lines
-from analysis.delta import DeltaOptions
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
 from analysis.metrics import metric_meta
 from analysis.paper import (
     load_reference,
@@ -75,7 +75,7 @@ class ReportOptions:
     reference: pd.DataFrame | None = None
     smooth: int = 1
     delta: DeltaOptions = field(default_factory=DeltaOptions)
-    verdict_scorer: str = "dapo"
+    verdict_scorer: str = VERDICT_SCORER
 
 
 def check_options(
@@ -87,10 +87,10 @@ def check_options(
     paper_setting: str | dict | None = None,
     reference: str | Path | None = None,
     smooth: int = 1,
-    baseline: str = "DAPO",
+    baseline: str = BASELINE_METHOD,
     bootstrap_reps: int = DeltaOptions.reps,
     bootstrap_seed: int = DeltaOptions.seed,
-    verdict_scorer: str = "dapo",
+    verdict_scorer: str = VERDICT_SCORER,
 ) -> ReportOptions:
     """Validate every input before any collection or writing; errors name the flag."""
     sweep_dir = Path(sweep_dir)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from algorithms.config import Divergence, Estimator, Form, ImportanceWeight, RatioLevel
+from algorithms.config import ClipConfig, Divergence, Estimator, Form, ImportanceWeight, RatioLevel
 from algorithms.reference import REFERENCE_SCHEDULES, get_reference_schedule
 from common.generation import ENGINES
 from common.grading import SCORERS
@@ -26,6 +26,7 @@ from trainer.tiny import TinyConfig
 
 # The eval job's defaults and names come from evaluation's own config and registries.
 _EVAL = EvalConfig.model_fields
+_CLIP = ClipConfig.model_fields
 ScorerName = Literal[SCORERS]
 TemplateName = Literal[tuple(TEMPLATES)]
 BackendName = Literal[tuple(ENGINES)]
@@ -36,11 +37,12 @@ class Strict(BaseModel):
 
 
 class ClipAxis(Strict):
-    """One clip setting of the grid; `dual_c: null` disables the dual clip."""
+    """One clip setting of the grid; `dual_c: null` disables the dual clip. An unset dual_c
+    is the paper's (`ClipConfig`'s default, its one owner)."""
 
     eps_low: float = Field(ge=0, lt=1)
     eps_high: float = Field(ge=0)
-    dual_c: float | None = 3.0
+    dual_c: float | None = _CLIP["dual_c"].default
 
 
 class ReferenceAxis(Strict):

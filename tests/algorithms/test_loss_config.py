@@ -50,7 +50,8 @@ def test_defaults_follow_objective():
 def test_registry_has_the_papers_methods_with_paper_hyperparameters():
     expected = {"GRPO", "GRPO-ISKL", "DAPO", "REINFORCE++", "REINFORCE++-Baseline", "Dr.GRPO",
                 "RPG-FKL", "RPG-RKL", "RPG-UFKL", "RPG-URKL", "RPG-REINFORCE-FKL",
-                "RPG-REINFORCE-RKL", "RPG-REINFORCE-UFKL", "RPG-REINFORCE-URKL"}
+                "RPG-REINFORCE-RKL", "RPG-REINFORCE-UFKL", "RPG-REINFORCE-URKL",
+                "RLOO", "GSPO", "CISPO"}  # the last three: designs beside the paper's (issue 22)
     assert set(METHODS) == expected
     urkl = METHODS["RPG-REINFORCE-URKL"]
     assert (urkl.loss.objective, urkl.loss.divergence, urkl.loss.form) == ("rpg", "urkl", "reinforce")
@@ -62,11 +63,13 @@ def test_registry_has_the_papers_methods_with_paper_hyperparameters():
 
 
 def test_registry_follows_the_released_recipe_where_the_paper_is_silent():
-    """recipe/rpg/7b/*.sh: c = 10 everywhere; GRPO clips at (0.2, 0.2) without dynamic
+    """recipe/rpg/7b/*.sh: c = 10 for every method the scripts run (GSPO and CISPO, from
+    their own papers, have no dual clip); GRPO clips at (0.2, 0.2) without dynamic
     sampling; DAPO, RPG and REINFORCE++ filter groups on accuracy and shape overlong
     responses; REINFORCE++ puts k1 in the loss against the iterative (rollout) reference."""
     for method in METHODS.values():
-        assert method.loss.clip.dual_c == 10.0, method.name
+        want = None if method.name in ("GSPO", "CISPO") else 10.0
+        assert method.loss.clip.dual_c == want, method.name
     grpo = METHODS["GRPO"]
     assert (grpo.loss.clip.eps_low, grpo.loss.clip.eps_high) == (0.2, 0.2)
     assert not grpo.dynamic_sampling and not grpo.overlong_shaping and grpo.reference == "fixed"
@@ -89,3 +92,14 @@ def test_with_overrides_revalidates():
     assert m.loss.beta == 1e-3 and m.loss.divergence == "urkl"
     with pytest.raises(ValueError, match="estimator"):
         with_overrides(get_method("RPG-URKL"), loss={"estimator": "k2"})
+
+
+def test_one_dual_clip_default_the_papers():
+    """ClipConfig owns c: the method registry and a sweep's clip axis that leaves dual_c unset
+    both get the released recipe's c = 10 (an axis once defaulted to verl's 3)."""
+    from algorithms.methods import PAPER_CLIP
+    from sweep.spec import ClipAxis
+
+    assert ClipConfig().dual_c == 10.0
+    assert PAPER_CLIP == ClipConfig(eps_low=0.2, eps_high=0.28, dual_c=10.0)
+    assert ClipAxis(eps_low=0.1, eps_high=0.1).dual_c == 10.0

@@ -102,6 +102,7 @@ def test_an_advantage_estimator(monkeypatch, tiny_dir, tmp_path):
 
     adv = compute_advantages(rewards, torch.tensor([0, 0, 1, 1]), "leave_one_out")
     assert torch.equal(adv, torch.tensor([2.0, -2.0, -2.0, 2.0]))
+    assert torch.equal(adv, compute_advantages(rewards, torch.tensor([0, 0, 1, 1]), "rloo"))
 
     calls.clear()
     out = train(run_cfg(tiny_dir, tmp_path / "a",
@@ -221,32 +222,33 @@ def test_every_rpg_divergence_is_wired_everywhere_the_recipe_lists():
 
 
 @pytest.fixture
-def cispo():
-    """The recipe's objective: REINFORCE with a truncated, detached importance weight."""
+def tis():
+    """The recipe's objective: REINFORCE with a weight truncated from above and detached (the
+    shipped `cispo` bounds it on both sides)."""
     from algorithms.clipping import clip_regions
     from algorithms.losses import Terms, _check_penalty, _penalty
     from algorithms.objectives import OBJECTIVES, register_objective
 
-    @register_objective("cispo", check=_check_penalty, default_form="reinforce")
-    def _cispo_terms(cfg, logp, logw, logq, adv):
-        """CISPO: -SG(min(w, 1 + eps_high) A) log pi; every token keeps its gradient."""
+    @register_objective("tis", check=_check_penalty, default_form="reinforce")
+    def _tis_terms(cfg, logp, logw, logq, adv):
+        """Truncated IS: -SG(min(w, 1 + eps_high) A) log pi; every token keeps its gradient."""
         w = logw.exp()
         cap = 1.0 + (cfg.clip.eps_high if cfg.clip is not None else 0.28)
         pg = -(w.clamp(max=cap) * adv).detach() * logp
         return Terms(pg, _penalty(cfg, logp, logw, logq), clip_regions(w, adv, None), w)
 
     yield
-    del OBJECTIVES["cispo"]
+    del OBJECTIVES["tis"]
 
 
-def test_a_loss_objective(cispo, monkeypatch, tiny_dir, tmp_path):
+def test_a_loss_objective(tis, monkeypatch, tiny_dir, tmp_path):
     from algorithms import compute_policy_loss
 
-    loss_cfg = {"objective": "cispo", "clip": {"eps_low": 0.2, "eps_high": 0.28, "dual_c": None},
+    loss_cfg = {"objective": "tis", "clip": {"eps_low": 0.2, "eps_high": 0.28, "dual_c": None},
                 "estimator": "k3", "kl_placement": "loss", "beta": 1e-3}
     cfg = LossConfig(**loss_cfg)
     assert cfg.form == "reinforce"
-    with pytest.raises(ValueError, match="objective='cispo': only rpg takes a divergence"):
+    with pytest.raises(ValueError, match="objective='tis': only rpg takes a divergence"):
         LossConfig(**loss_cfg, divergence="fkl")  # the rules it registered with
 
     # The weight is truncated at 1.28 and detached: d loss / d logp = -min(w, 1.28) A / 2.
@@ -259,10 +261,10 @@ def test_a_loss_objective(cispo, monkeypatch, tiny_dir, tmp_path):
     assert torch.allclose(logp.grad, expected)
 
     # A method built on it (the method recipe), then a sweep cell and a training run.
-    monkeypatch.setitem(METHODS, "CISPO", Method(name="CISPO", loss=cfg, advantage="group_mean"))
-    cells, _ = expand(sweep(methods=["CISPO"], axes={"beta": [1e-3, 1e-2]}))
-    assert [c.run_id for c in cells] == ["cispo_beta1e-3_s0", "cispo_beta0.01_s0"]
-    out = train(run_cfg(tiny_dir, tmp_path / "l", method={"name": "CISPO"}))
+    monkeypatch.setitem(METHODS, "TIS", Method(name="TIS", loss=cfg, advantage="group_mean"))
+    cells, _ = expand(sweep(methods=["TIS"], axes={"beta": [1e-3, 1e-2]}))
+    assert [c.run_id for c in cells] == ["tis_beta1e-3_s0", "tis_beta0.01_s0"]
+    out = train(run_cfg(tiny_dir, tmp_path / "l", method={"name": "TIS"}))
     rows = metric_lines(out)
     assert len(rows) == 2 and all(r["kl_loss"] is not None for r in rows)
 

@@ -26,7 +26,7 @@ def test_expansion_is_deterministic_and_ids_are_stable():
     a, _ = expand(sweep(**kw))
     b, _ = expand(sweep(**kw))
     assert [c.run_id for c in a] == [c.run_id for c in b]
-    assert "rpg-urkl_clip0.1-0.1-3_beta1e-3_s0" in {c.run_id for c in a}
+    assert "rpg-urkl_clip0.1-0.1-10_beta1e-3_s0" in {c.run_id for c in a}
     assert len({c.run_id for c in a}) == len(a) == 8
 
 

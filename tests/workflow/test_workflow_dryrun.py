@@ -43,6 +43,9 @@ SHIPPED = {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18, "evaluate_run": 18, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1, "lighteval_env": 1, "crosscheck_benchmark": 2,
         "lighteval": 36, "lighteval_summary": 36, "concordance": 1},
+    ("config/default.yaml", "config/ablations/baselines.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 15, "train": 15, "evaluate_run": 15, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 144, "train": 144, "evaluate_run": 144, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
