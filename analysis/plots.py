@@ -1,6 +1,7 @@
 """Curves like the paper's Figure 4: evaluation accuracy and training statistics vs step.
 
-- `accuracy_<scorer>.{png,pdf}`: Mean@n per benchmark (one panel each) vs step.
+- `accuracy_<scorer>.{png,pdf}`: Mean@n per benchmark (one panel each) vs step, from
+  step 0 (the initial model, evaluated once under `<sweep>/initial/`) when it was evaluated.
 - `training.{png,pdf}`: reward_mean, entropy, response_length_mean (one panel each) vs step.
 
 One line per method (run label): the mean over seeds at each step, shaded ± one standard
@@ -96,14 +97,38 @@ def _legend(fig: Figure, axes: list) -> None:
         )
 
 
+def with_initial_point(df: pd.DataFrame, initial: pd.DataFrame | None, metric: str) -> pd.DataFrame:
+    """`df` (one scorer) plus the initial model's step-0 value as the first point of every
+    label that has no step-0 evaluation of its own, per benchmark: every run starts from
+    that model, so the line shows the gain over the warm start. `initial` holds the rows of
+    `collect_initial` (None or empty: `df` unchanged)."""
+    if initial is None or initial.empty:
+        return df
+    scorer = df["scorer"].iloc[0]
+    start = initial[(initial["scorer"] == scorer)].dropna(subset=[metric])
+    rows = []
+    for bench, runs in df.groupby("benchmark"):
+        value = start.loc[start["benchmark"] == bench, metric]
+        if value.empty:
+            continue
+        has_step0 = set(runs.loc[runs["step"] == 0, "label"])
+        for label in [lab for lab in runs["label"].unique() if lab not in has_step0]:
+            rows.append({"label": label, "run_id": f"initial:{label}", "step": 0,
+                         "benchmark": bench, "scorer": scorer, metric: float(value.iloc[0])})
+    return pd.concat([df, pd.DataFrame(rows)], ignore_index=True) if rows else df
+
+
 def plot_accuracy(
-    eval_df: pd.DataFrame, scorer: str, colors: dict[str, tuple], metric: str = "mean"
+    eval_df: pd.DataFrame, scorer: str, colors: dict[str, tuple], metric: str = "mean",
+    initial: pd.DataFrame | None = None,
 ) -> Figure:
-    """One panel per benchmark: `metric` of `scorer` vs step, one line per label."""
+    """One panel per benchmark: `metric` of `scorer` vs step, one line per label, starting
+    at step 0 from the initial model's evaluation when `initial` holds it."""
     meta = metric_meta(metric)
     df = eval_df[eval_df["scorer"] == scorer]
     if df.empty:
         raise ValueError(f"no evaluation rows for scorer {scorer!r}")
+    df = with_initial_point(df, initial, metric)
     benches = benchmark_order(df["benchmark"])
     fig, axes = _panels(len(benches))
     ns = sorted({int(x) for x in df["n"].dropna()}) if "n" in df else []
@@ -153,11 +178,13 @@ def save_figure(fig: Figure, stem: Path) -> list[Path]:
 
 
 def write_plots(
-    train_df: pd.DataFrame, eval_df: pd.DataFrame, out_dir: str | Path, smooth: int = 1
+    train_df: pd.DataFrame, eval_df: pd.DataFrame, out_dir: str | Path, smooth: int = 1,
+    initial: pd.DataFrame | None = None,
 ) -> dict[str, list[Path]]:
     """All figures of a sweep into `out_dir`: {"accuracy_<scorer>"|"training": [png, pdf]}.
 
     Figures whose data is absent are not written (no evals yet -> no accuracy figure).
+    `initial` (the initial model's step-0 rows) starts each accuracy curve at step 0.
     """
     out_dir = Path(out_dir)
     labels = set(train_df.get("label", [])) | set(eval_df.get("label", []))
@@ -165,7 +192,7 @@ def write_plots(
     written: dict[str, list[Path]] = {}
     if not eval_df.empty:
         for scorer in sorted(eval_df["scorer"].unique()):
-            fig = plot_accuracy(eval_df, scorer, colors)
+            fig = plot_accuracy(eval_df, scorer, colors, initial=initial)
             written[f"accuracy_{scorer}"] = save_figure(fig, out_dir / f"accuracy_{scorer}")
     present = [m for m in TRAIN_CURVE_METRICS if m in train_df.columns]
     if not train_df.empty and present:

@@ -364,7 +364,8 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     tables = last_best_tables(col.eval, run_dirs=run_dirs, delta=opts.delta)
     table_files = write_last_best_tables(tables, tables_dir)
     initial = collect_initial(opts.sweep_dir)
-    plot_files = write_plots(col.train, col.eval, out / "plots", smooth=opts.smooth)
+    plot_files = write_plots(col.train, col.eval, out / "plots", smooth=opts.smooth,
+                             initial=initial)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",

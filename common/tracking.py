@@ -66,12 +66,26 @@ def client(uri: str, timeout_s: float = PROBE_TIMEOUT_S):
     return MlflowClient(tracking_uri=uri)
 
 
+# MLflow 3.x's UI opens an experiment without this tag on its GenAI trace overview ("No
+# data" for a training sweep); with it, on the runs table. MLflow 3.17's UI decides by its
+# global "GenAI / Model training" switch instead (remembered in the browser, GenAI at
+# first), which the `workflowType` parameter of RUNS_PAGE sets: the link the docs give.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+RUNS_PAGE = "#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
 def ensure_experiment(mlflow_client, name: str, uri: str) -> str:
-    """The id of experiment `name`, created (artifacts per `artifact_root`) when missing."""
+    """The id of experiment `name`, created (artifacts per `artifact_root`) when missing,
+    tagged as a training experiment (`EXPERIMENT_KIND`) so the UI opens on its runs; an
+    older untagged experiment gets the tag too."""
     exp = mlflow_client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    return mlflow_client.create_experiment(name, artifact_location=artifact_root(uri))
+    if exp is None:
+        return mlflow_client.create_experiment(name, artifact_location=artifact_root(uri),
+                                               tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    if EXPERIMENT_KIND_TAG not in exp.tags:
+        mlflow_client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
 def short_error(exc: BaseException) -> str:

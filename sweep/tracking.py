@@ -43,7 +43,6 @@ def start_parent_run(sweep: SweepConfig, path: str | Path,
         run = c.create_run(exp_id, run_name=f"{sweep.name} sweep",
                            tags={"sweep": sweep.name, "kind": "sweep"})
         c.log_text(run.info.run_id, json.dumps(sweep.model_dump(), indent=2), "sweep.json")
-        c.set_terminated(run.info.run_id)
     except Exception as exc:  # noqa: BLE001 - tracking must never stop a sweep
         on_error(f"MLflow parent run not created ({short_error(exc)}); the sweep runs on "
                  "and the next invocation attaches its runs to MLflow")
@@ -51,6 +50,25 @@ def start_parent_run(sweep: SweepConfig, path: str | Path,
         return None
     path.write_text(run.info.run_id)
     return run.info.run_id
+
+
+def end_parent_run(sweep: SweepConfig, path: str | Path, ok: bool,
+                   on_error: Callable[[str], None] = _warn) -> None:
+    """End the parent run named in `path` now (FINISHED when `ok`, else FAILED), so its span
+    in MLflow is the invocation's, from `start_parent_run` (Snakemake's onstart) to here
+    (onsuccess/onerror). A sweep killed before either hook leaves it RUNNING. Nothing to
+    do without a parent run; a failure is one line to `on_error`."""
+    try:
+        run_id = Path(path).read_text().strip()
+    except OSError:
+        run_id = ""
+    if not sweep.mlflow.enabled or not run_id:
+        return
+    try:
+        client(sweep.mlflow_uri).set_terminated(run_id, "FINISHED" if ok else "FAILED")
+    except Exception as exc:  # noqa: BLE001 - tracking must never stop a sweep
+        on_error(f"MLflow parent run {run_id} not ended ({short_error(exc)}); its duration "
+                 "in the UI is open-ended")
 
 
 def pending_runs(sweep_dir: str | Path) -> list[Path]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
 import pytest
+from analysis_fixtures import summary
 from matplotlib.collections import PolyCollection
 
-from analysis.collect import collect
+from analysis.collect import collect, collect_initial
 from analysis.plots import method_colors, plot_accuracy, plot_training, seed_band, write_plots
 
 
@@ -97,3 +99,21 @@ def test_accuracy_figure_draws_a_seed_band_per_multi_seed_method(sweep):
     assert len(bands) == 1 and tuple(bands[0].get_facecolor()[0][:3]) == colors["RPG-URKL"][:3]
     ys = sorted({round(float(y), 6) for _, y in bands[0].get_paths()[0].vertices})
     assert ys == [30.0, 40.0, 50.0, 60.0]
+
+
+def test_accuracy_curves_start_at_step_0_from_the_initial_model(sweep):
+    """Every method starts from the initial model, so its AIME24 line begins at step 0 with
+    the initial model's Mean@n (0.125 -> 12.5 %), then the run's own steps 10, 20; AMC23,
+    which the initial model was not evaluated on, keeps starting at step 10."""
+    d = sweep / "initial" / "eval" / "step_0"
+    d.mkdir(parents=True)
+    (d / "aime24.json").write_text(json.dumps(summary("aime24", 0, 0.125)))
+    col = _col(sweep)
+    fig = plot_accuracy(col.eval, "dapo", method_colors(set(col.eval.label)),
+                        initial=collect_initial(sweep))
+    aime, amc = fig.axes
+    for line in aime.get_lines():
+        x, y = line.get_data()
+        assert list(x[:1]) == [0] and y[0] == pytest.approx(12.5) and list(x[1:3]) == [10, 20]
+    assert all(line.get_data()[0][0] == 10 for line in amc.get_lines())
+    assert len(aime.get_lines()) == col.eval.loc[col.eval.benchmark == "aime24", "label"].nunique()

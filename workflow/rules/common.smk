@@ -83,8 +83,24 @@ def runtime(kind):
     return lambda wildcards, attempt: base * attempt
 
 
+def _tracking_warning(message):
+    print(f"sweep warning: {message}", file=sys.stderr)
+
+
+# The parent run spans the invocation: created at onstart, ended at onsuccess/onerror.
 onstart:
     from sweep.tracking import start_parent_run
 
-    start_parent_run(SWEEP, LAYOUT.parent_run_id,
-                     on_error=lambda message: print(f"sweep warning: {message}", file=sys.stderr))
+    start_parent_run(SWEEP, LAYOUT.parent_run_id, on_error=_tracking_warning)
+
+
+onsuccess:
+    from sweep.tracking import end_parent_run
+
+    end_parent_run(SWEEP, LAYOUT.parent_run_id, ok=True, on_error=_tracking_warning)
+
+
+onerror:
+    from sweep.tracking import end_parent_run
+
+    end_parent_run(SWEEP, LAYOUT.parent_run_id, ok=False, on_error=_tracking_warning)
