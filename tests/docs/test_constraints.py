@@ -1,13 +1,24 @@
 """constraints.txt: the tested versions, in the form the README's install commands need."""
 
+import importlib.util
 import re
 from pathlib import Path
 
 import tomllib
 
-from tools.freeze_constraints import constraint_lines
-
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_freeze_tool():
+    """tools/ is scripts, not a package: load the refresh script by path, as CI sees it."""
+    spec = importlib.util.spec_from_file_location(
+        "freeze_constraints", REPO / "tools" / "freeze_constraints.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+constraint_lines = _load_freeze_tool().constraint_lines
 
 
 def test_freeze_becomes_constraints():
