@@ -145,6 +145,10 @@ class PowerRow:
 
     @property
     def mdd(self) -> float:
+        """NaN when the records hold no variation at all (e.g. every sample wrong on both
+        sides): nothing to estimate a detectable difference from, not a zero one."""
+        if not any(self.components.__dict__.values()):
+            return math.nan
         return mdd(self.components, self.design)
 
     @property
@@ -190,9 +194,11 @@ def detectable_by_benchmark(rows: list[PowerRow]) -> dict[str, tuple[float, floa
     """benchmark -> (smallest, largest) MDD over its methods: the verdict's sentence."""
     out: dict[str, tuple[float, float]] = {}
     for r in rows:
-        lo, hi = out.get(r.benchmark, (math.inf, -math.inf))
-        out[r.benchmark] = (min(lo, r.mdd), max(hi, r.mdd))
-    return out
+        lo, hi = out.get(r.benchmark, (math.nan, math.nan))
+        if not math.isnan(r.mdd):
+            lo, hi = (r.mdd, r.mdd) if math.isnan(lo) else (min(lo, r.mdd), max(hi, r.mdd))
+        out[r.benchmark] = (lo, hi)
+    return out  # (nan, nan): no method's records varied
 
 
 def render(rows: list[PowerRow], delta: float | None) -> str:

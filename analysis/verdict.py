@@ -90,6 +90,9 @@ def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
 def detectable_sentence(bench: str, span: tuple[float, float], meta) -> str:
     """The smallest Δ this design could have detected on `bench` (analysis.power's MDD)."""
     lo, hi = span
+    if math.isnan(lo):
+        return (f"On {benchmark_display(bench)} the smallest detectable difference cannot be "
+                "estimated: every sample scored the same on both sides.")
     size = meta.format(lo) if math.isclose(lo, hi) else f"{meta.format(lo)}-{meta.format(hi)}"
     return (f"The smallest difference this design could have detected on "
             f"{benchmark_display(bench)} (95% interval, 80% power; `python -m analysis power`) "

@@ -98,3 +98,19 @@ def test_report_verdict_states_the_detectable_difference(sweep, tmp_path):
     verdict = md.split("\n\n")[1]
     assert "smallest difference this design could have detected on AIME24" in verdict
     assert size in verdict
+
+
+def test_records_without_any_variation_give_no_detectable_difference(tmp_path):
+    from analysis_fixtures import write_run
+
+    from analysis.metrics import metric_meta
+    from analysis.power import detectable_by_benchmark, sweep_power
+    from analysis.verdict import detectable_sentence
+
+    for label in ("DAPO", "GRPO"):
+        for seed in (0, 1):
+            write_run(tmp_path / "runs", f"{label.lower()}_s{seed}", label, seed, {},
+                      evals={"toy": {5: 0.0}})
+    spans = detectable_by_benchmark(sweep_power(tmp_path))
+    assert all(math.isnan(v) for v in spans["toy"])
+    assert "cannot be estimated" in detectable_sentence("toy", spans["toy"], metric_meta("mean"))
