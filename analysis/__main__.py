@@ -5,6 +5,7 @@
         [--reference CSV] [--smooth N] [--baseline DAPO] [--bootstrap-reps N]
         [--bootstrap-seed S] [--verdict-scorer dapo] [--quiet]
     python -m analysis figures ...      # the paper's Figures 2/3 (analysis.figures)
+    python -m analysis power --sweep-dir results/<sweep> [--delta POINTS]   # analysis.power
 
 `report` is the one call the workflow's aggregate rule makes; see analysis/report.py for
 everything it writes. `figures` forwards the rest of the command line untouched.
@@ -106,19 +107,24 @@ def _report(argv: list[str]) -> int:
 COMMANDS = {
     "report": "tables, plots and report.md of a sweep",
     "figures": "the paper's Figures 2/3 (analysis.figures)",
+    "power": "variance components, detectable difference, design for --delta",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m analysis {report,figures} ...\n")
+        print("usage: python -m analysis {report,figures,power} ...\n")
         for name, desc in COMMANDS.items():
             print(f"  {name:8s} {desc}")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "report":
         return _report(rest)
+    if command == "power":
+        from analysis import power
+
+        return power.main(rest)
     if command == "figures":
         from analysis import figures  # lazy: written separately, heavier imports
 

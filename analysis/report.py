@@ -42,6 +42,7 @@ from analysis.paper import (
     write_paper_vs_ours,
 )
 from analysis.plots import write_plots
+from analysis.power import detectable_by_benchmark, sweep_power
 from analysis.tables import (
     benchmark_display,
     benchmark_order,
@@ -230,7 +231,7 @@ def initial_means(initial: pd.DataFrame, scorer: str) -> dict[str, float]:
 
 
 def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
-                    scorer: str) -> list[str]:
+                    scorer: str, detectable=None) -> list[str]:
     """The first paragraph: the computed verdict for `scorer` (or the first scorer there is)."""
     if not tables:
         return ["**Verdict:** no evaluations yet, so nothing to compare.", ""]
@@ -238,7 +239,9 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
     if scorer not in tables:
         note = f" (scorer `{scorer}` was not evaluated; using `{next(iter(tables))}`)"
         scorer = next(iter(tables))
-    text = verdict_paragraph(tables[scorer], initial_means(initial, scorer))
+    # detectable: scorer -> {benchmark: (min, max) MDD}, from analysis.power
+    spans = detectable(scorer) if detectable is not None else None
+    text = verdict_paragraph(tables[scorer], initial_means(initial, scorer), spans)
     return [text + note, ""]
 
 
@@ -370,7 +373,10 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",
         "",
-        *first_paragraph(crosscheck_head, verdict_section(tables, initial, opts.verdict_scorer)),
+        *first_paragraph(crosscheck_head, verdict_section(
+            tables, initial, opts.verdict_scorer,
+            lambda scorer: detectable_by_benchmark(
+                sweep_power(opts.sweep_dir, scorer, opts.delta.baseline)))),
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),
         "## Paper vs ours",

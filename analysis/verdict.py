@@ -6,7 +6,9 @@ written by hand. Per benchmark, a method is *better* (or *worse*) than the basel
 contains 0. The verdict reads the Last statistic (the final evaluated checkpoint): Best is a
 maximum over checkpoints chosen after the fact, biased upwards by evaluation noise, so it is
 shown in the tables but not judged. The warm start (the initial model, before any RL step)
-gives each method's gain: its Last mean minus the initial model's score.
+gives each method's gain: its Last mean minus the initial model's score. Each benchmark
+also gets the smallest difference its design could have detected (`analysis.power`), so a
+"not distinguishable" reads against what the sweep could have seen.
 
     from analysis.verdict import verdict_paragraph
     text = verdict_paragraph(tidy, initial_means={"toy": 0.3125})
@@ -85,9 +87,23 @@ def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
     )
 
 
-def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None) -> str:
+def detectable_sentence(bench: str, span: tuple[float, float], meta) -> str:
+    """The smallest Δ this design could have detected on `bench` (analysis.power's MDD)."""
+    lo, hi = span
+    if math.isnan(lo):
+        return (f"On {benchmark_display(bench)} the smallest detectable difference cannot be "
+                "estimated: every sample scored the same on both sides.")
+    size = meta.format(lo) if math.isclose(lo, hi) else f"{meta.format(lo)}-{meta.format(hi)}"
+    return (f"The smallest difference this design could have detected on "
+            f"{benchmark_display(bench)} (95% interval, 80% power; `python -m analysis power`) "
+            f"is {size}.")
+
+
+def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None,
+                      detectable: dict[str, tuple[float, float]] | None = None) -> str:
     """The verdict (see module doc) for one scorer's tidy Last/Best table; `initial_means`
-    maps benchmark -> the initial model's Mean@n (fraction), absent when not evaluated."""
+    maps benchmark -> the initial model's Mean@n (fraction), absent when not evaluated;
+    `detectable` maps benchmark -> (smallest, largest) minimum detectable Δ over methods."""
     last = tidy[tidy["stat"] == VERDICT_STAT]
     baseline = str(tidy["baseline"].iloc[0])
     meta = metric_meta(str(tidy["metric"].iloc[0]))
@@ -103,6 +119,8 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
     for bench in benchmark_order(last["benchmark"]):
         rows = last[last["benchmark"] == bench]
         sentences.append(benchmark_sentence(rows, bench, baseline))
+        if detectable and bench in detectable:
+            sentences.append(detectable_sentence(bench, detectable[bench], meta))
         if initial_means and bench in initial_means:
             sentences.append(gain_sentence(rows, bench, initial_means[bench]))
     return " ".join(sentences)

@@ -192,6 +192,8 @@ class TinySpec(Strict):
     `python -m trainer tiny` as options."""
 
     seed: int = 0
+    rebuild: bool = Field(False, description="build the tiny model here even when the "
+                          "repository's data/tiny-model matches these settings")
     sft_steps: int | None = Field(None, description="warm-start steps (null: default)")
     wrong_fraction: float | None = Field(None, description="share of noisy SFT targets "
                                          "(null: default)")
@@ -202,7 +204,11 @@ class TinySpec(Strict):
         return self
 
     def _given(self) -> dict:
-        return {k: v for k, v in self if v is not None}
+        return {k: v for k, v in self if v is not None and k != "rebuild"}
+
+    def builder_config(self) -> TinyConfig:
+        """The `TinyConfig` these settings build (compared with the shipped model's)."""
+        return TinyConfig(**self._given())
 
     def cli_args(self) -> str:
         return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._given().items())

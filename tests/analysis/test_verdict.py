@@ -7,6 +7,7 @@ import warnings
 
 from analysis_fixtures import per_problem, summary, write_run
 
+from analysis.power import detectable_by_benchmark, sweep_power
 from analysis.report import build_report, check_options
 from analysis.stats import paired_bootstrap
 
@@ -47,6 +48,14 @@ def _interval(method, base) -> str:
     return f"{fmt(d.delta)} [{fmt(d.low)}, {fmt(d.high)}]"
 
 
+def _detectable(root) -> str:
+    """The expected detectable-difference sentence, from analysis.power's MDD per method."""
+    lo, hi = detectable_by_benchmark(sweep_power(root))["toy"]
+    size = f"{100 * lo:.2f}" if round(lo, 6) == round(hi, 6) else f"{100 * lo:.2f}-{100 * hi:.2f}"
+    return (" The smallest difference this design could have detected on Toy (95% interval, "
+            f"80% power; `python -m analysis power`) is {size}.")
+
+
 def test_a_clear_winner_and_a_clear_loser(tmp_path):
     # per problem: DAPO 0.25 = 1, .25, 0, 0, 0; WIN 0.95 = 1, 1, 1, 1, .75 (Δ +0.70 on every
     # seed); LOSE 0.05 = .25, 0, 0, 0, 0 (Δ -0.20)
@@ -55,7 +64,7 @@ def test_a_clear_winner_and_a_clear_loser(tmp_path):
     text = _verdict(root)
     assert text == (
         f"{HEAD} On Toy, better than DAPO: WIN ({_interval(win, dapo)}); worse than DAPO: "
-        f"LOSE ({_interval(lose, dapo)}). The warm start (the initial model, before any RL "
+        f"LOSE ({_interval(lose, dapo)}).{_detectable(root)} The warm start (the initial model, before any RL "
         "step) scores 5.00 on Toy; gain at Last over it: DAPO +20.00, LOSE 0.00, WIN +90.00."
     )
     assert _interval(win, dapo).startswith("+70.00 [+")
@@ -66,11 +75,13 @@ def test_a_tie(tmp_path):
     # NOISY is above DAPO on seed 0, below on seed 1, equal on seed 2: Δ = 0, and the
     # interval straddles 0, so the verdict must say "not distinguishable"
     dapo, noisy = (0.25, 0.25, 0.25), (0.30, 0.20, 0.25)
-    text = _verdict(_sweep(tmp_path, {"DAPO": dapo, "NOISY": noisy}))
+    root = _sweep(tmp_path, {"DAPO": dapo, "NOISY": noisy})
+    text = _verdict(root)
     expected = _interval(noisy, dapo)
     assert expected.startswith("0.00 [-") and ", +" in expected
     assert text == (
         f"{HEAD} On Toy, no method is distinguishable from DAPO at 95%: NOISY ({expected})."
+        f"{_detectable(root)}"
     )
 
 
