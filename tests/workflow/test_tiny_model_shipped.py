@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from workflow_helpers import REPO, snakemake_exe
 
-from tests.workflow.workflow_helpers import REPO, snakemake_exe
 from trainer.tiny import TinyConfig
 
 SHIPPED = REPO / "data" / "tiny-model"
