@@ -6,7 +6,8 @@
 The contract (the update equals the single-process update on the same global batch):
 every rank draws the same global prompts and generates its contiguous share; the kept
 groups are gathered to every rank in rank order, so each rank holds the whole batch in
-the single-process order; forward/backward work is split by rows (`share`), and every
+the single-process order; forward/backward work is split by rows
+(`trainer.logprobs.balanced_share`, by token count), and every
 statistic that crosses rows is reduced over ranks (`all_sum`, `all_max`). FSDP2 averages
 gradients over ranks, so each rank's loss is scaled by the world size to sum them instead.
 FSDP2 runs collectives in every forward, so ranks must make the same number of forward
@@ -166,11 +167,6 @@ def unsharded(model: torch.nn.Module, world: World):
         for m in modules:
             m.reshard()
         model.set_reshard_after_forward(True, recurse=True)
-
-
-def share(rows: torch.Tensor, world: World) -> torch.Tensor:
-    """This rank's rows of a global index list (strided, so shares differ by at most one)."""
-    return rows[world.rank :: world.size]
 
 
 # ------------------------------------------------------------------ collectives
