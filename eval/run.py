@@ -8,8 +8,8 @@ Order of work: validate every (checkpoint, benchmark) config, load every benchma
 every checkpoint (so a bad file, a missing tokenizer or n < k fails before any weights
 load); then start the engine once on the first checkpoint and, checkpoint by checkpoint,
 swap its weights in (`Engine.load_checkpoint`) and for each benchmark sample, grade with
-every scorer, summarize, write both files atomically, optionally mirror the summary into
-MLflow. Same inputs and seed give byte-identical files (no timestamps), whether a
+every scorer, estimate the KL to the initial model on the same samples (eval/kl.py),
+summarize, write both files atomically, optionally mirror the summary into MLflow. Same inputs and seed give byte-identical files (no timestamps), whether a
 checkpoint is evaluated alone or after others in the same process.
 """
 
@@ -31,8 +31,9 @@ from common import grading, tracking
 from common.files import write_atomic
 from common.generation import ENGINES, Engine, EngineOptions, Sample, start_engine
 from common.generation.base import check_checkpoint, check_same_architecture
-from common.prompts import TEMPLATES, build_prompt
-from eval import metrics
+from common.generation.hf import HFEngine
+from common.prompts import TEMPLATES, build_prompt, encode_prompts
+from eval import kl, metrics
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
 
 
@@ -64,6 +65,7 @@ class EvalConfig(BaseModel):
     mlflow_run_id: str | None = None  # null with a URI: no MLflow, noted in mlflow_pending_dir
     mlflow_pending_dir: str | None = None  # run dir where a failed mirror is noted for a sync
     progress: bool = True
+    kl: bool = True  # KL to the initial model named in the checkpoint's run config (eval/kl.py)
 
     @field_validator("benchmark")
     @classmethod
@@ -175,9 +177,11 @@ def build_summary(
     samples: list[list[Sample]],
     grades: dict[str, list[list]],
     checkpoint_sha: str,
+    kl_block: dict | None = None,
 ) -> dict:
-    """The summary JSON (schema in the README / shared notes)."""
-    return {
+    """The summary JSON (schema in docs/evaluation.md); `kl_block` is eval.kl's estimate of
+    the KL to the initial model (absent: the checkpoint names no initial model)."""
+    summary = {
         "benchmark": bench.name,
         "step": cfg.step,
         "checkpoint": cfg.checkpoint,
@@ -199,6 +203,9 @@ def build_summary(
             for name, g in grades.items()
         },
     }
+    if kl_block is not None:
+        summary["kl_to_initial"] = kl_block
+    return summary
 
 
 def summary_metrics(summary: dict) -> dict[str, float]:
@@ -206,6 +213,8 @@ def summary_metrics(summary: dict) -> dict[str, float]:
     names allow "/" but not "@", hence pass_at_k rather than pass@k)."""
     bench = summary["benchmark"]
     values = {f"eval/{bench}/truncation_rate": summary["truncation_rate"]}
+    block = summary.get("kl_to_initial") or {}
+    values.update({f"eval/{bench}/{key}": block[key] for key in kl.KEYS if key in block})
     for scorer, keys in summary["scorers"].items():
         for key, value in keys.items():
             values[f"eval/{bench}/{scorer}/{key}"] = value
@@ -241,6 +250,8 @@ class Prepared:
     bench: Benchmark
     checkpoint: Path
     model_sha256: str
+    initial: str | None = None  # the initial model the KL is measured from (None: no KL)
+    initial_sha256: str | None = None  # its weights' sha256 (None: a hub id)
 
 
 def prepare(cfg: EvalConfig) -> Prepared:
@@ -255,7 +266,10 @@ def prepare(cfg: EvalConfig) -> Prepared:
         raise ValueError("--mlflow-run-id needs --mlflow-uri (the store holding that run)")
     ckpt = check_checkpoint(cfg.checkpoint)
     bench = load_benchmark(cfg.benchmark, path=cfg.benchmark_file, limit=cfg.limit)
-    return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt))
+    initial = kl.initial_model_of(ckpt) if cfg.kl else None
+    initial_sha = model_sha256(Path(initial)) if initial and Path(initial).is_dir() else None
+    return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt),
+                    initial=initial, initial_sha256=initial_sha)
 
 
 def engine_options(cfg: EvalConfig) -> EngineOptions:
@@ -283,10 +297,13 @@ def execute(prep: Prepared, engine: Engine | None = None) -> dict:
         seed=cfg.seed,
     )
 
+    # -- KL to the initial model, on these samples --
+    kl_block = None if prep.initial is None else measure_kl(prep, engine, prompts, samples)
+
     # -- grade, summarize, write --
     grades = grade_samples(bench, samples, cfg)
     records = sample_records(bench, samples, grades)
-    summary = build_summary(cfg, bench, samples, grades, prep.model_sha256)
+    summary = build_summary(cfg, bench, samples, grades, prep.model_sha256, kl_block)
     # ensure_ascii: model output may hold lone surrogates that UTF-8 cannot encode.
     lines = "".join(json.dumps(r) + "\n" for r in records)
     write_atomic(out / f"{bench.name}.jsonl", lines)
@@ -302,6 +319,22 @@ def execute(prep: Prepared, engine: Engine | None = None) -> dict:
         if not log_to_mlflow(summary, cfg.mlflow_uri, cfg.mlflow_run_id):
             _note_pending(cfg, f"evaluation {bench.name} step {cfg.step}: MLflow logging failed")
     return summary
+
+
+def measure_kl(prep: Prepared, engine: Engine, prompts: list[str],
+               samples: list[list[Sample]]) -> dict:
+    """eval.kl's block for one evaluation. The hf engine's own model scores the checkpoint
+    (same weights, no second copy); any other engine's checkpoint gets a transformers copy,
+    loaded here and dropped after: its sampled log-probs come from other kernels (eval/kl.py)."""
+    cfg = prep.cfg
+    if isinstance(engine, HFEngine):
+        ckpt_model = engine.model
+    else:
+        ckpt_model = kl.load_scoring_model(prep.checkpoint, cfg.device, cfg.dtype)
+    return kl.kl_to_initial(
+        ckpt_model, prep.initial, encode_prompts(engine.tokenizer, prompts), samples,
+        temperature=cfg.temperature, top_p=cfg.top_p, device=cfg.device, dtype=cfg.dtype,
+        reference_sha256=prep.initial_sha256, batch_size=cfg.batch_size)
 
 
 def _note_pending(cfg: EvalConfig, reason: str) -> None:
