@@ -22,6 +22,7 @@ Run: `python -m analysis report --sweep-dir results/<sweep> --out results/<sweep
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ import yaml
 from tqdm import tqdm
 
 from common.layout import INITIAL_DIR, RunDir
+from eval.kl import KEYS as KL_KEYS
 
 # ---------------------------------------------------------------------------------------
 # Collection
@@ -52,7 +54,9 @@ class Collection:
     train: one row per (run_id, step): identity columns, then metrics.jsonl keys.
     eval: one row per (run_id, step, benchmark, scorer): identity columns, sampling
         settings (n, temperature, max_new_tokens, template), truncation_rate,
-        num_problems, then the scorer's keys (mean, mean_stderr, pass_at_*, ...).
+        num_problems, the KL to the initial model (kl_to_initial_k1, _k3 and their
+        _stderr: NaN when the summary has none), then the scorer's keys (mean,
+        mean_stderr, pass_at_*, ...).
     warnings: the messages of every CollectionWarning emitted.
     """
 
@@ -157,6 +161,8 @@ def _read_evals(run_dir: Path, warn: _Warner) -> list[dict]:
                 "num_problems": summary.get("num_problems"),
                 "truncation_rate": summary.get("truncation_rate"),
             }
+            kl_block = summary.get("kl_to_initial") or {}  # eval/kl.py; absent: no KL
+            base.update({key: kl_block.get(key, math.nan) for key in KL_KEYS})
             for scorer, values in scorers.items():
                 if not isinstance(values, dict) or "mean" not in values:
                     warn(f"{path}: scorer {scorer!r} has no 'mean'; skipped")

@@ -120,6 +120,15 @@ _EVAL_METRICS = [
     _m("truncation_rate", "Truncated", False, "last", "percent", 2, "hit max_new_tokens"),
     _m("n", "Samples per problem", None, "last", "int", 0, "n of Mean@n"),
     _m("num_problems", "Problems", None, "last", "int", 0, "problems in the benchmark"),
+    # eval/kl.py: sequence-level KL(pi_ckpt || pi_init) on the evaluation samples, in nats
+    _m("kl_to_initial_k1", "KL to initial (k1)", None, "last", "float", 3,
+       "sequence KL to the initial model, summed log-ratio"),
+    _m("kl_to_initial_k1_stderr", "KL to initial (k1) s.e.", None, "last", "float", 3,
+       "s.e. over problems"),
+    _m("kl_to_initial_k3", "KL to initial (k3)", None, "last", "float", 3,
+       "sequence KL to the initial model, per-token k3 summed"),
+    _m("kl_to_initial_k3_stderr", "KL to initial (k3) s.e.", None, "last", "float", 3,
+       "s.e. over problems"),
 ]
 
 _PATTERNS = [

@@ -62,7 +62,7 @@ def seed_band(df: pd.DataFrame, metric: str, smooth: int = 1) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _panels(n: int) -> tuple[Figure, list]:
+def panels(n: int) -> tuple[Figure, list]:
     fig = Figure(figsize=(PANEL_SIZE[0] * n, PANEL_SIZE[1] + 0.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, n, squeeze=False)[0]
@@ -79,7 +79,7 @@ def _draw(ax, band: pd.DataFrame, colors: dict[str, tuple], scale: float, marker
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are integers
 
 
-def _legend(fig: Figure, axes: list) -> None:
+def legend(fig: Figure, axes: list) -> None:
     handles, labels = {}, []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -130,7 +130,7 @@ def plot_accuracy(
         raise ValueError(f"no evaluation rows for scorer {scorer!r}")
     df = with_initial_point(df, initial, metric)
     benches = benchmark_order(df["benchmark"])
-    fig, axes = _panels(len(benches))
+    fig, axes = panels(len(benches))
     ns = sorted({int(x) for x in df["n"].dropna()}) if "n" in df else []
     name = meta.display.replace("@n", f"@{ns[0]}") if len(ns) == 1 else meta.display
     for ax, bench in zip(axes, benches):
@@ -141,7 +141,7 @@ def plot_accuracy(
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
         ax.grid(alpha=0.3)
     fig.suptitle(f"Evaluation accuracy ({scorer} scorer); {BAND}")
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -153,7 +153,7 @@ def plot_training(
     missing = [m for m in metrics if m not in train_df.columns]
     if missing:
         raise ValueError(f"training metrics {missing} not found in metrics.jsonl columns")
-    fig, axes = _panels(len(metrics))
+    fig, axes = panels(len(metrics))
     for ax, metric in zip(axes, metrics):
         meta = metric_meta(metric)
         _draw(ax, seed_band(train_df, metric, smooth), colors, meta.scale, marker="")
@@ -163,7 +163,7 @@ def plot_training(
         ax.grid(alpha=0.3)
     title = "Training dynamics" + (f" (rolling mean over {smooth} steps)" if smooth > 1 else "")
     fig.suptitle(f"{title}; {BAND}")
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 

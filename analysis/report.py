@@ -33,6 +33,7 @@ import pandas as pd
 from analysis.collect import Collection, collect, collect_initial
 from analysis.concordance import report_lines as concordance_lines
 from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
+from analysis.frontier import write_frontier_plots
 from analysis.metrics import metric_meta
 from analysis.paper import (
     load_reference,
@@ -41,7 +42,7 @@ from analysis.paper import (
     render_paper_vs_ours_markdown,
     write_paper_vs_ours,
 )
-from analysis.plots import write_plots
+from analysis.plots import method_colors, write_plots
 from analysis.power import detectable_by_benchmark, sweep_power
 from analysis.tables import (
     benchmark_display,
@@ -316,6 +317,19 @@ def curves_section(plot_files: dict[str, list[Path]], out: Path) -> list[str]:
     return md
 
 
+def frontier_section(plot_files: dict[str, list[Path]], out: Path) -> list[str]:
+    """The reward-KL frontier figures (analysis/frontier.py); [] when no evaluation has a KL."""
+    if not plot_files:
+        return []
+    md = ["## Reward-KL frontier", "",
+          "Accuracy against KL(pi_ckpt || pi_init), the KL to the initial model each "
+          "checkpoint paid on its own evaluation samples (k1, nats per response; "
+          "docs/reports.md says how it is estimated).", ""]
+    for name, (png, pdf) in plot_files.items():
+        md += [f"![{name}]({_rel(png, out)})", "", f"[PDF]({_rel(pdf, out)})", ""]
+    return md
+
+
 def audit_section(audit_dir: Path | None, out: Path) -> list[str]:
     """The exact-gradient audit's audit.md, embedded; [] without --audit-dir."""
     if audit_dir is None:
@@ -369,6 +383,9 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     initial = collect_initial(opts.sweep_dir)
     plot_files = write_plots(col.train, col.eval, out / "plots", smooth=opts.smooth,
                              initial=initial)
+    labels = set(col.train.get("label", [])) | set(col.eval.get("label", []))
+    frontier_files = write_frontier_plots(col.eval, out / "plots", method_colors(labels),
+                                          initial=initial)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",
@@ -384,6 +401,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
         *_paper_section(col, opts, tables_dir, out),
         *crosscheck_section,
         *curves_section(plot_files, out),
+        *frontier_section(frontier_files, out),
         *audit_section(opts.audit_dir, out),
         *figures_section(opts.figures_dir, out),
     ]

@@ -10,7 +10,9 @@ with one seed both are "n/a". Next to each, "Δ vs DAPO" (`analysis.delta`) is t
 difference to the baseline method over (problem, seed) pairs with its 95% bootstrap interval
 (kept with one seed: then the pairs are the problems). Accuracies are shown in percent with
 two decimals (0.59375 -> 59.38), as in the paper; Δ in percentage points; the CSV keeps
-fractions.
+fractions. Beside each benchmark's Last, "KL Last" is the KL to the initial model that the
+Last checkpoint paid (eval/kl.py: the k1 estimate on its own evaluation samples, nats per
+response), per seed and then mean ± se over seeds; the CSV has it for Best's step too.
 
 Per column the best displayed mean is bold and the second best underlined (dense ranking on
 the rounded, displayed numbers: everything tied at the top is bold, everything tied at the
@@ -35,6 +37,8 @@ from analysis.stats import seed_interval
 from eval.benchmarks import BENCHMARKS
 
 STATS = ("last", "best")
+KL_METRIC = "kl_to_initial_k1"  # the KL the tables show: unbiased, in nats per response
+KL_COLUMNS = ("kl", "kl_se", "kl_ci95_low", "kl_ci95_high")
 
 
 # ---------------------------------------------------------------------------------------
@@ -61,7 +65,8 @@ def label_order(labels) -> list[str]:
 
 def per_run_last_best(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") -> pd.DataFrame:
     """One row per (run_id, benchmark) of `scorer`: label, seed, last, best, last_step,
-    best_step, n. Raises ValueError if two runs share (label, seed): labels name grid cells."""
+    best_step, n, kl_last, kl_best (the KL to the initial model at those steps; NaN without
+    one). Raises ValueError if two runs share (label, seed): labels name grid cells."""
     meta = metric_meta(metric)
     df = eval_df[eval_df["scorer"] == scorer]
     if df.empty:
@@ -85,6 +90,8 @@ def per_run_last_best(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") 
         if np.all(np.isnan(values)):
             continue
         i_best = int(pick(values))
+        kl = (g[KL_METRIC].astype(float).to_numpy() if KL_METRIC in g
+              else np.full(len(g), np.nan))
         rows.append(
             {
                 "run_id": run_id,
@@ -96,6 +103,8 @@ def per_run_last_best(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") 
                 "last_step": int(g["step"].iloc[-1]),
                 "best_step": int(g["step"].iloc[i_best]),
                 "n": g["n"].iloc[-1] if "n" in g.columns else None,
+                "kl_last": float(kl[-1]),
+                "kl_best": float(kl[i_best]),
             }
         )
     return pd.DataFrame(rows)
@@ -108,6 +117,8 @@ def _seed_rows(runs: pd.DataFrame, scorer: str, metric: str) -> list[dict]:
         ns = sorted({int(x) for x in g["n"].dropna()}) if "n" in g else []
         for stat in STATS:
             s = seed_interval(g[stat].to_numpy(dtype=float))
+            kl = g[f"kl_{stat}"].to_numpy(dtype=float)
+            k = seed_interval(kl) if np.isfinite(kl).all() else None
             rows.append(
                 {
                     "scorer": scorer,
@@ -124,6 +135,8 @@ def _seed_rows(runs: pd.DataFrame, scorer: str, metric: str) -> list[dict]:
                     "last_step_min": int(g["last_step"].min()),
                     "last_step_max": int(g["last_step"].max()),
                     "n": ns[0] if len(ns) == 1 else "",
+                    **dict(zip(KL_COLUMNS, (k.mean, k.se, k.low, k.high) if k else
+                               (math.nan,) * len(KL_COLUMNS))),
                 }
             )
     return rows
@@ -139,8 +152,10 @@ def last_best_table(
 ) -> pd.DataFrame:
     """Tidy Last/Best numbers: one row per (label, benchmark, stat) with columns scorer,
     metric, label, benchmark, stat ("last"|"best"), mean, se, ci95_low, ci95_high, n_seeds,
-    seeds, last_step_min, last_step_max, n (samples per problem; "" when mixed), baseline,
-    delta, delta_low, delta_high, delta_pairs. Values are fractions.
+    seeds, last_step_min, last_step_max, n (samples per problem; "" when mixed), kl, kl_se,
+    kl_ci95_low, kl_ci95_high (KL to the initial model at the stat's step over seeds; NaN
+    when a seed has none), baseline, delta, delta_low, delta_high, delta_pairs. Values are
+    fractions.
 
     The Δ columns need the runs' folders (`run_dirs`: run_id -> path, for the per-sample
     records) and the Mean@n metric; otherwise, and for the baseline's own rows, they are NaN.
@@ -224,8 +239,9 @@ class WideTable:
     """A tidy Last/Best table pivoted for display.
 
     `rows[label][(bench, stat)]` is that tidy row; `columns` lists (bench, stat, kind) in
-    display order, kind "value" (mean ± se [interval]) or "delta" (Δ vs the baseline, only
-    when some Δ was computed)."""
+    display order, kind "value" (mean ± se [interval]), "delta" (Δ vs the baseline, only
+    when some Δ was computed) or "kl" (the KL to the initial model, Last only, when some
+    run has one)."""
 
     labels: list[str]
     columns: list[tuple[str, str, str]]
@@ -238,8 +254,9 @@ class WideTable:
         meta = metric_meta(str(tidy["metric"].iloc[0]))
         labels = label_order(tidy["label"])
         kinds = ("value", "delta") if tidy["delta"].notna().any() else ("value",)
+        has_kl = "kl" in tidy and tidy.loc[tidy["stat"] == "last", "kl"].notna().any()
         columns = [(b, s, k) for b in benchmark_order(tidy["benchmark"]) for s in STATS
-                   for k in kinds]
+                   for k in kinds + (("kl",) if has_kl and s == "last" else ())]
         rows: dict = {lab: {} for lab in labels}
         for r in tidy.itertuples():
             rows[r.label][(r.benchmark, r.stat)] = r
@@ -252,7 +269,7 @@ class WideTable:
     def heading(self, col: tuple[str, str, str]) -> str:
         bench, stat, kind = col
         name = f"{benchmark_display(bench)} {stat.title()}"
-        return name if kind == "value" else f"Δ {name}"
+        return {"value": name, "delta": f"Δ {name}", "kl": f"KL {name}"}[kind]
 
     def marks(self) -> dict[tuple[str, tuple[str, str, str]], str]:
         """best/second marks of the value columns (none on Δ columns)."""
@@ -271,6 +288,8 @@ class WideTable:
         if col[2] == "value":
             return format_cell(r.mean, r.se, r.n_seeds, self.meta, pm,
                                interval=(r.ci95_low, r.ci95_high), show_na=True)
+        if col[2] == "kl":
+            return format_cell(r.kl, r.kl_se, r.n_seeds, metric_meta(KL_METRIC), pm)
         if label == self.baseline:
             return "baseline"
         return format_delta(r.delta, r.delta_low, r.delta_high, self.meta)
@@ -305,7 +324,15 @@ def caption(tidy: pd.DataFrame) -> str:
         "no spread to estimate). Bold: best per column; underlined: second best; ties share "
         "the mark."
     )
-    return text + " " + _delta_caption(tidy)
+    return text + " " + _delta_caption(tidy) + _kl_caption(tidy)
+
+
+def _kl_caption(tidy: pd.DataFrame) -> str:
+    if "kl" not in tidy or not tidy.loc[tidy["stat"] == "last", "kl"].notna().any():
+        return ""
+    return (" KL Last = KL(pi_ckpt || pi_init) to the initial model at the Last checkpoint, "
+            "in nats per response (k1 on its own evaluation samples), mean ± standard error "
+            "over seeds; – where a run has no KL.")
 
 
 def _delta_caption(tidy: pd.DataFrame) -> str:
