@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.layout import CHECKPOINT_CONFIG
 from eval import kl
-from eval.run import EvalConfig, evaluate, prepare, summary_metrics
+from eval.run import EvalConfig, evaluate, log_to_mlflow, prepare, summary_metrics
 
 # ---------------------------------------------------------------------------------------
 # The estimators by hand
@@ -161,9 +161,15 @@ def _cfg(ckpt, out, benchmark_dir, **kw) -> EvalConfig:
     return EvalConfig(**{**base, **kw})
 
 
-def test_summary_carries_the_kl_of_a_trained_checkpoint(models, benchmark_dir, tmp_path):
-    initial, trained, _ = models
-    summary = evaluate(_cfg(trained, tmp_path, benchmark_dir))
+@pytest.fixture(scope="module")
+def trained_eval(models, benchmark_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trained_eval")
+    return out, evaluate(_cfg(models[1], out, benchmark_dir))
+
+
+def test_summary_carries_the_kl_of_a_trained_checkpoint(models, trained_eval):
+    initial = models[0]
+    tmp_path, summary = trained_eval
     block = summary["kl_to_initial"]
     assert block["reference"] == str(initial) and len(block["reference_sha256"]) == 64
     assert block["temperature"] == 1.0 and block["top_p"] == 1.0 and block["num_samples"] == 9
@@ -175,6 +181,19 @@ def test_summary_carries_the_kl_of_a_trained_checkpoint(models, benchmark_dir, t
     metrics = summary_metrics(summary)
     for key in kl.KEYS:
         assert metrics[f"eval/aime24/{key}"] == block[key]
+
+
+def test_mlflow_gets_the_kl_at_the_checkpoints_step(trained_eval, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    run_id = client.create_run(client.create_experiment("kl")).info.run_id
+    summary = trained_eval[1]
+    assert summary["step"] == 5 and log_to_mlflow(summary, uri, run_id)
+    for key in ("kl_to_initial_k1", "kl_to_initial_k3"):
+        hist = client.get_metric_history(run_id, f"eval/aime24/{key}")
+        assert [(m.step, m.value) for m in hist] == [(5, summary["kl_to_initial"][key])]
 
 
 def test_a_checkpoint_equal_to_its_initial_model_paid_no_kl(models, benchmark_dir, tmp_path):
