@@ -46,6 +46,9 @@ SHIPPED = {
     ("config/default.yaml", "config/ablations/baselines.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 15, "train": 15, "evaluate_run": 15, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/frontier.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 48, "train": 48, "evaluate_run": 48, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 144, "train": 144, "evaluate_run": 144, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
