@@ -14,7 +14,7 @@ from analysis.collect import collect, collect_initial
 from analysis.frontier import checkpoint_points, design_points, write_frontier_plots
 from analysis.plots import method_colors
 from analysis.report import build_report, check_options
-from analysis.tables import last_best_table, render_markdown
+from analysis.tables import last_best_table, render_latex, render_markdown
 
 # run_id: (label, seed, tags, {step: (toy accuracy, k1)})
 RUNS = {
@@ -76,6 +76,8 @@ def test_the_table_puts_the_last_checkpoints_kl_beside_last(kl_sweep):
     assert cells[1:4] == ["Toy Last", "KL Toy Last", "Toy Best"]
     assert "| RPG-URKL [beta0] |" in md and "0.700 ± 0.100" in md
     assert "KL Last = KL(pi_ckpt || pi_init)" in md
+    tex = render_latex(tidy, "t")
+    assert "& Last & KL Last & Best \\\\" in tex and "0.700 $\\pm$ 0.100" in tex
 
 
 def test_a_table_without_kl_has_no_kl_column(tmp_path):
