@@ -18,6 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.layout import CHECKPOINT_CONFIG
 from eval import kl
+from eval.__main__ import main
 from eval.run import EvalConfig, evaluate, log_to_mlflow, prepare, summary_metrics
 
 # ---------------------------------------------------------------------------------------
@@ -206,7 +207,12 @@ def test_no_kl_without_an_initial_model_or_when_turned_off(models, benchmark_dir
                                                            tiny_checkpoint):
     _, trained, _ = models
     assert "kl_to_initial" not in evaluate(_cfg(tiny_checkpoint, tmp_path / "a", benchmark_dir))
-    off = evaluate(_cfg(trained, tmp_path / "b", benchmark_dir, kl=False))
+    args = ["--checkpoint", str(trained), "--benchmark", "aime24", "--benchmark-file",
+            str(benchmark_dir / "aime24.jsonl"), "--limit", "2", "--n", "2",
+            "--max-new-tokens", "4", "--scorers", "dapo", "--out", str(tmp_path / "b"),
+            "--no-progress", "--no-kl"]
+    assert main(args) == 0
+    off = json.loads((tmp_path / "b" / "aime24.json").read_text())
     assert "kl_to_initial" not in off
     assert not any("kl_to_initial" in k for k in summary_metrics(off))
 
