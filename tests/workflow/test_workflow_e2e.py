@@ -77,6 +77,11 @@ def test_sweep_produces_tables_plots_report(finished):
     assert (out / "audit" / "audit.md").exists() and (out / "paper" / "figure3_rpg_style_clip.png").exists()
     summary = json.loads((out / "runs/rpg-reinforce-urkl_s0/eval/step_4/aime24.json").read_text())
     assert summary["num_problems"] == 2 and summary["sampling"]["n"] == 2
+    # the KL to the initial model (eval/kl.py): from the sweep's model dir, into the table
+    assert summary["kl_to_initial"]["reference"] == str(out / "model")
+    assert summary["kl_to_initial"]["kl_to_initial_k3"] >= 0
+    assert "KL Toy Last" in (out / "tables" / "last_best_dapo.md").read_text()
+    assert (out / "plots" / "frontier_dapo.png").stat().st_size > 1000
     lines = (out / "runs/grpo_s0/metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == list(range(1, STEPS + 1))
 
@@ -99,6 +104,8 @@ def test_mlflow_parent_children_metrics_and_tags(finished):
     assert [m.step for m in client.get_metric_history(child, "reward_mean")] == list(range(1, STEPS + 1))
     evals = client.get_metric_history(child, "eval/toy/dapo/mean")
     assert sorted(m.step for m in evals) == [STEPS // 2, STEPS]
+    kl = client.get_metric_history(child, "eval/toy/kl_to_initial_k1")
+    assert sorted(m.step for m in kl) == [STEPS // 2, STEPS]
 
 
 def test_rerun_of_a_finished_sweep_does_nothing(finished):
