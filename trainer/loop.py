@@ -822,6 +822,7 @@ def train(cfg: RunConfig, deadline: float | None = None, until_step: int | None 
         raise
     finally:
         trainer.cleanup(status)
+        trainer.engine.engine.close()  # vLLM ends its groups while torchrun's still exists
     if until_step is not None and trainer.global_step >= until_step and trainer.world.main:
         write_atomic(run.segment(until_step), f"step {trainer.global_step}\n")
     return run.root
