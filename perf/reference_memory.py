@@ -1,12 +1,21 @@
-"""Peak memory of an RPG run (reference = rollout policy) vs a GRPO run (fixed reference).
+"""Peak memory of an RPG run (reference = rollout policy) vs a GRPO run (fixed reference),
+and (--setup) per-rank set-up memory at world size 2, this checkout vs another.
 
     python perf/reference_memory.py                 # ~30M-parameter Llama, CPU
     python perf/reference_memory.py --device cuda --hidden 2048 --layers 16
+    python perf/reference_memory.py --setup --baseline /tmp/old   # CPU, torchrun, gloo
 
 Builds one random HF Llama (same weights for both runs; the tiny tokenizer), then runs 2
 trainer steps per method, each in a fresh process, and prints side by side: the model
 copies held (policy + reference), the bytes of weights held, and the process's peak
 memory (CUDA: max_memory_allocated; CPU: peak resident set, ru_maxrss).
+
+--setup: a GRPO trainer (held reference in bf16) is set up under `torchrun
+--nproc-per-node 2` (gloo, CPU), once with this checkout's code and once with the
+checkout at --baseline (e.g. `git worktree add /tmp/old ba1056e`: every rank loaded the
+full weights and deep-copied the reference). Each rank reports the growth of its peak
+resident set from the start of set-up to the first forward (weights in place, before
+FSDP2's first all-gather) and to the end of set-up.
 """
 
 from __future__ import annotations
@@ -61,6 +70,69 @@ def one_run(model: str, method: str, device: str, out: str) -> dict:
     return {"copies": len(models), "weights_bytes": held, "peak_bytes": peak}
 
 
+def setup_child(model: str, out: str) -> None:
+    """One rank's set-up (run under torchrun): peak-RSS growth to the first forward and
+    to the end of set-up, written to OUT/rank<R>.json."""
+    from trainer import distributed
+    from trainer.config import parse_run_config
+    from trainer.logprobs import PolicyLogProbs
+    from trainer.loop import Trainer
+
+    def rss() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+    marks: dict[str, int] = {}
+    forward = PolicyLogProbs.forward
+
+    def marking_forward(self, *args, **kwargs):  # records only, then the real forward
+        marks.setdefault("first_forward", rss())
+        return forward(self, *args, **kwargs)
+
+    PolicyLogProbs.forward = marking_forward
+    cfg = parse_run_config({
+        "run_id": "setup", "out_dir": str(Path(out) / "run"),
+        "model": {"path": model, "device": "cpu", "reference_dtype": "bfloat16"},
+        "method": {"name": "GRPO"}, "rollout": {"n": 4, "prompts_per_step": 4},
+        "tracking": {"mlflow_uri": None, "progress": False},
+    })
+    trainer = Trainer(cfg)
+    start = rss()
+    trainer.setup(track=False)
+    rank = trainer.world.rank
+    Path(out, f"rank{rank}.json").write_text(json.dumps(
+        {"load": marks["first_forward"] - start, "setup": rss() - start}))
+    distributed.shutdown()
+
+
+def setup_memory(model: Path, work: Path, baseline: str | None) -> None:
+    """--setup: per-rank set-up peaks, this checkout vs `baseline`, side by side."""
+    import os
+
+    here = str(Path(__file__).resolve().parents[1])
+    runs = {"new": here} | ({"old": str(Path(baseline).resolve())} if baseline else {})
+    results = {}
+    for name, code in runs.items():
+        out = work / f"setup-{name}"
+        out.mkdir()
+        env = {**os.environ, "PYTHONPATH": code, "OMP_NUM_THREADS": "1"}
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", __file__, "--setup-child", str(model),
+                        str(out)], env=env, cwd=code, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        results[name] = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    mib = 2**20
+    weights = (model / "model.safetensors").stat().st_size
+    print(f"set-up at world size 2 (torchrun, gloo, CPU), GRPO with a bf16 reference; "
+          f"full float32 weights {weights / mib:.0f} MiB")
+    print(f"{'rank':<6}{'stage':<16}" + "".join(f"{n + ' MiB':>12}" for n in runs)
+          + (f"{'new/old':>10}" if baseline else ""))
+    for rank in (0, 1):
+        for stage, label in (("load", "to 1st forward"), ("setup", "whole set-up")):
+            row = [results[n][rank][stage] for n in runs]
+            line = f"{rank:<6}{label:<16}" + "".join(f"{v / mib:>12.0f}" for v in row)
+            print(line + (f"{row[0] / row[1]:>10.2f}" if baseline else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,13 +140,23 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--device", default="cpu")
     p.add_argument("--methods", nargs=2, default=["RPG-REINFORCE-URKL", "GRPO"])
+    p.add_argument("--setup", action="store_true",
+                   help="per-rank set-up memory at world size 2 (CPU) instead")
+    p.add_argument("--baseline", help="with --setup: a checkout of the code to compare with")
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # model method out
+    p.add_argument("--setup-child", nargs=2, help=argparse.SUPPRESS)  # model out
     args = p.parse_args()
+    if args.setup_child:
+        setup_child(*args.setup_child)
+        return
     if args.child:
         print(json.dumps(one_run(*args.child[:2], args.device, args.child[2])))
         return
     work = Path(tempfile.mkdtemp(prefix="refmem_"))
     model = build_model(work / "model", args.hidden, args.layers)
+    if args.setup:
+        setup_memory(model, work, args.baseline)
+        return
     results = {}
     for method in args.methods:
         cmd = [sys.executable, __file__, "--device", args.device, "--child", str(model), method,

@@ -25,6 +25,7 @@ ragged rollouts as one padded tensor plus lengths (`gather_ragged`), never as
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import os
 import pickle
@@ -169,6 +170,74 @@ def unsharded(model: torch.nn.Module, world: World):
         model.set_reshard_after_forward(True, recurse=True)
 
 
+# ------------------------------------------------------------------ set-up: rank 0 reads
+
+# Set-up memory (docs/performance.md): rank 0 alone reads the checkpoint; every other rank
+# builds the model on the meta device (no storage), and every held copy (the reference)
+# is a meta twin. After `fully_shard`, rank 0's full weights are broadcast into each
+# rank's shards (`load_from_rank0`). verl's FSDP2 workers do the same.
+
+
+def empty_model(path, **kwargs):
+    """The checkpoint's model with its parameters and buffers on the meta device (no
+    storage; config.json and generation_config.json are read, model.safetensors is not).
+    `kwargs` as for `from_pretrained` (dtype, attn_implementation)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    kwargs.pop("trust_remote_code", None)  # never the repository's own code
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False, **kwargs)
+    with contextlib.suppress(OSError):  # EOS ids live there (common.generation.hf)
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    return model
+
+
+def meta_twin(module: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy whose parameters are on the meta device (tied parameters stay tied;
+    buffers are copied, being small): a held copy that costs no memory until
+    `load_from_rank0` fills its shards."""
+    memo = {id(p): torch.nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad)
+            for p in module.parameters()}
+    return copy.deepcopy(module, memo)
+
+
+def full_state_on_rank0(module: torch.nn.Module, world: World) -> dict:
+    """Rank 0's full weights (references, no copy) for `load_from_rank0`; {} on other
+    ranks and at world size 1. Taken before `fully_shard`, which replaces the parameters
+    by shards."""
+    return dict(module.state_dict()) if world.main and world.distributed else {}
+
+
+def load_from_rank0(module: torch.nn.Module, full_state: dict, world: World,
+                    device: torch.device, offload: bool = False) -> None:
+    """Fill an FSDP2-sharded `module` (meta or not) with rank 0's `full_state`.
+
+    Meta shards are allocated first (`to_empty`: on `device`, or on the CPU with
+    `offload`, where CPUOffloadPolicy keeps them). torch's `set_model_state_dict(...,
+    full_state_dict=True, broadcast_from_rank0=True)` then broadcasts one tensor at a time
+    (on the process group's device) and each rank copies its slice into its shard, cast to
+    the shard's dtype (a bf16 reference from float32 weights). Buffers (rotary inv_freq:
+    not in the state dict) are broadcast from rank 0's module and live on `device`.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    buffers = {name: b.detach().clone() for name, b in module.named_buffers()
+               if not b.is_meta} if world.main else {}
+    if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
+        module.to_empty(device=torch.device("cpu") if offload else device)
+    # a copy: set_model_state_dict writes this rank's shards into the dict it is given,
+    # and the same full state fills the reference next
+    set_model_state_dict(module, dict(full_state), options=StateDictOptions(
+        full_state_dict=True, broadcast_from_rank0=True))
+    with torch.no_grad():
+        for name, b in module.named_buffers():
+            b.data = b.data.to(device)
+            if world.main:
+                b.copy_(buffers[name])
+            _broadcast(b, world)
+
+
 # ------------------------------------------------------------------ collectives
 
 
@@ -183,6 +252,14 @@ def collective_device(backend: str, local_rank: int) -> torch.device:
 
 def _device(world: World) -> torch.device:
     return collective_device(str(dist.get_backend()), world.local_rank)
+
+
+def _broadcast(x: torch.Tensor, world: World) -> None:
+    """Rank 0's `x` into every rank's `x`, in place."""
+    y = x.to(_device(world))
+    dist.broadcast(y, src=0)
+    if y is not x:
+        x.copy_(y)
 
 
 def _all_reduce(x: torch.Tensor, op, world: World) -> torch.Tensor:

@@ -102,8 +102,9 @@ def check_attention(attn_implementation: str | None) -> None:
                          "model.attn_implementation: sdpa (docs/performance.md)")
 
 
-def load_policy(model_cfg, device: torch.device):
-    """Model (train mode, `dtype` weights) and tokenizer (pad token guaranteed)."""
+def load_policy(model_cfg, device: torch.device, empty: bool = False):
+    """Model (train mode, `dtype` weights) and tokenizer (pad token guaranteed). `empty`:
+    parameters on the meta device, the weights file unread (distributed ranks but 0)."""
     if not model_cfg.path:
         raise ValueError("model.path is required (an HF model directory or hub id; for the "
                          "tiny default build one with `python -m trainer tiny --out DIR`)")
@@ -115,7 +116,8 @@ def load_policy(model_cfg, device: torch.device):
     kwargs = {"dtype": torch_dtype(model_cfg.dtype), "trust_remote_code": False}
     if model_cfg.attn_implementation:
         kwargs["attn_implementation"] = model_cfg.attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(model_cfg.path, **kwargs).to(device)
+    model = (distributed.empty_model(model_cfg.path, **kwargs) if empty else
+             AutoModelForCausalLM.from_pretrained(model_cfg.path, **kwargs).to(device))
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -295,9 +297,10 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        # Distributed: weights load on the CPU and reach the GPU only as FSDP2 shards (a
-        # full fp32 copy per GPU would peak at ~16 GB for 4B parameters before sharding).
-        self.model, self.tokenizer = load_policy(cfg.model, load_device(self.world, self.device))
+        # Distributed: rank 0 alone reads the weights, on the CPU; they reach each GPU only
+        # as FSDP2 shards (a full fp32 copy per GPU would peak at ~16 GB for 4B parameters).
+        self.model, self.tokenizer = load_policy(cfg.model, load_device(self.world, self.device),
+                                                 empty=self.world.distributed and not self.world.main)
         self.problems = load_problems(cfg.task, seed=cfg.seed)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
@@ -333,7 +336,9 @@ class Trainer:
         ref, m = self.cfg.method.reference, self.cfg.model
         self.reference = Reference(self.method.reference, self.model,
                                    dtype=reference_dtype(m.reference_dtype, self.autocast),
+                                   empty=self.world.distributed,
                                    **ref.model_dump(exclude={"schedule"}))
+        full = distributed.full_state_on_rank0(PolicyLogProbs(self.model), self.world)
         # decoder layers compute in the autocast dtype (FSDP2's mixed-precision policy)
         self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type,
                                         param_dtype=self.autocast)
@@ -342,6 +347,11 @@ class Trainer:
                                              offload=m.reference_offload)
                            if self.reference.held else None)
         if self.world.distributed:
+            distributed.load_from_rank0(self.policy, full, self.world, self.device)
+            if self.ref_policy is not None:
+                distributed.load_from_rank0(self.ref_policy, full, self.world, self.device,
+                                            offload=m.reference_offload)
+            del full
             # FSDP2 sets itself up at the root's first forward; generation calls the inner
             # model's layers directly, so run one root forward before any of that.
             token = [self.tokenizer.pad_token_id]
@@ -812,6 +822,7 @@ def train(cfg: RunConfig, deadline: float | None = None, until_step: int | None 
         raise
     finally:
         trainer.cleanup(status)
+        trainer.engine.engine.close()  # vLLM ends its groups while torchrun's still exists
     if until_step is not None and trainer.global_step >= until_step and trainer.world.main:
         write_atomic(run.segment(until_step), f"step {trainer.global_step}\n")
     return run.root

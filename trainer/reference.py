@@ -2,7 +2,8 @@
 the schedule holds one, the frozen reference model.
 
 A held reference is one frozen, eval-mode copy (requires_grad False) of the policy; its
-log-probs are computed once per rollout batch. Refreshing copies the policy's weights
+log-probs are computed once per rollout batch. Distributed, it starts as a meta twin and
+receives rank 0's initial weights into its shards (no full copy on any rank). Refreshing copies the policy's weights
 into it in place (no second allocation).
 """
 
@@ -13,6 +14,7 @@ import copy
 import torch
 
 from algorithms.reference import get_reference_schedule
+from trainer.distributed import meta_twin
 
 
 class Reference:
@@ -21,16 +23,18 @@ class Reference:
     `settings` are the run config's `method.reference` keys the schedule uses (k, kappa,
     kl_ema); a schedule name that is not registered is a ValueError listing those that are.
     `dtype`: the held copy's storage dtype (None: the policy's); a refresh casts into it.
+    `empty`: hold a meta-device twin (no storage; distributed set-up fills its shards from
+    rank 0, `trainer.distributed.load_from_rank0`) instead of a copy of the weights.
     """
 
     def __init__(self, schedule: str, policy=None, *, dtype: torch.dtype | None = None,
-                 **settings) -> None:
+                 empty: bool = False, **settings) -> None:
         self.schedule = get_reference_schedule(schedule)(**settings)
         self.model = None
         if self.schedule.holds_model:
             if policy is None:
                 raise ValueError(f"reference schedule {schedule!r} needs the initial policy")
-            self.model = copy.deepcopy(policy).eval()
+            self.model = (meta_twin(policy) if empty else copy.deepcopy(policy)).eval()
             self.model.requires_grad_(False)
             if dtype is not None:  # e.g. bf16: half the memory; it is never optimized
                 self.model.to(dtype)

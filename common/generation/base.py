@@ -182,6 +182,9 @@ class Engine(ABC):
     def wake(self) -> None:  # noqa: B027 - optional hook, see sleep
         """Undo `sleep`."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook: most engines own nothing to end
+        """End the engine before the process's distributed group is destroyed."""
+
 
 ENGINES: dict[str, type[Engine]] = {}  # name -> class; filled by @register_engine
 

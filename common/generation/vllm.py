@@ -236,6 +236,15 @@ class VLLMEngine(Engine):
                                     use_tqdm=self.progress)
         return vllm_outputs_to_samples(outputs)
 
+    def close(self) -> None:
+        """Shut the engine down now, before the caller destroys its process group.
+
+        vLLM's in-process engine core tears down its own groups and then destroys the
+        default process group (`cleanup_dist_env_and_memory`); left to its finalizer at
+        interpreter exit it would find torchrun's group already destroyed and print
+        "Invalid process group specified" for every rank."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     def load_weights(self, weights: Weights) -> None:
         """Push weights in place; an asleep engine wakes its weights only (the KV cache
         stays released until generate needs it)."""
