@@ -75,6 +75,8 @@ class LossConfig(BaseModel):
     clip: None or a ClipConfig.
     beta: KL coefficient; 0 exactly when kl_placement is "none".
     agg: how the [batch, tokens] loss is reduced to a scalar.
+    entropy_coef: entropy bonus, L -= entropy_coef * agg(H) with H the per-token entropy of
+        pi (verl's `entropy_coeff`, reduced with the same `agg`); 0 = off, the loss untouched.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -89,6 +91,8 @@ class LossConfig(BaseModel):
     clip: ClipConfig | None = None
     beta: float = Field(0.0, ge=0.0)
     agg: Aggregation = "token-mean"
+    entropy_coef: float = Field(0.0, ge=0.0, description="entropy bonus coefficient (verl's "
+                                "entropy_coeff; every released RPG script: 0)")
 
     @model_validator(mode="before")
     @classmethod

@@ -289,6 +289,7 @@ def compute_policy_loss(
     mask: torch.Tensor,
     *,
     norm_len: int | None = None,
+    entropy: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar policy loss and detached metrics for one (mini-)batch.
 
@@ -296,6 +297,7 @@ def compute_policy_loss(
     behaviour policy's (no grad); ref_logp [B, T] or None (None: reference = behaviour
     policy, the paper's setting); advantages [B] or [B, T]; mask [B, T] (1 on response
     tokens). norm_len: constant divisor of "seq-mean-token-sum-norm" (max response length).
+    entropy [B, T]: per-token entropy of pi (with grad), needed when cfg.entropy_coef > 0.
 
     Metrics: LOSS_METRICS, as 0-dim tensors (no host sync).
     """
@@ -351,6 +353,14 @@ def compute_policy_loss(
     pg_loss = aggregate(pg, mask, cfg.agg, norm_len)
     kl_loss = aggregate(kl, mask, cfg.agg, norm_len)
     loss = pg_loss + kl_loss
+    if cfg.entropy_coef > 0:
+        # verl's entropy bonus: policy_loss = pg_loss - entropy_coeff * agg(entropy), same agg.
+        # A Python branch on the config, so coef 0 leaves the loss bit-identical.
+        if entropy is None or entropy.shape != mask.shape:
+            raise ValueError(f"entropy_coef={cfg.entropy_coef} needs the per-token entropy "
+                             f"[B, T] = {tuple(mask.shape)}, got "
+                             f"{None if entropy is None else tuple(entropy.shape)}")
+        loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.agg, norm_len)
 
     metrics = _metrics(terms, (loss, pg_loss, kl_loss), logp, old_logp, ref_logp, mask,
                        weight_mask)

@@ -601,13 +601,15 @@ class Trainer:
         total_loss = torch.zeros((), device=self.device)
         sums: dict[str, torch.Tensor] = {}
         for micro in self._micro_batches(batch, rows):
-            idx, mb, logp, _ = self._forward(self.policy, batch, micro, with_entropy=False)
+            bonus = self.loss_cfg.entropy_coef > 0  # entropy (and its gradient) only if used
+            idx, mb, logp, ent = self._forward(self.policy, batch, micro, with_entropy=bonus)
             t = mb.response_mask.shape[1]
             loss, metrics = compute_policy_loss(
                 self.loss_cfg, logp, old_logp[idx, :t],
                 None if ref_logp is None else ref_logp[idx, :t],
                 advantages[idx] if advantages.dim() == 1 else advantages[idx, :t],
                 mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
+                entropy=ent if bonus else None,
             )
             if not len(micro):
                 w = torch.zeros((), device=self.device)
