@@ -95,6 +95,10 @@ class RolloutConfig(_Section):
         "and the recipe) or when its shaped rewards differ (score)")
     max_gen_batches: int = Field(3, ge=1, description="dynamic sampling: generation rounds cap")
     overlong_shaping: bool | None = Field(None, description="DAPO soft overlong penalty")
+    mask_truncated: bool = Field(
+        False, description="responses cut at max_new_tokens get zero loss weight and leave the "
+        "token count (TRL's mask_truncated_completions, DAPO's overlong filtering); their "
+        "rewards still enter the group baseline")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")

@@ -222,6 +222,7 @@ class Rollout:
     group_ids: torch.Tensor  # (B,) long
     stats: dict = field(default_factory=dict)
     engine_logprobs: list | None = None  # per row: the engine's log-probs of its tokens
+    truncated: torch.Tensor | None = None  # (B,) bool: cut at max_new_tokens
 
 
 def _generation_stats(rewards: list[float], correct: list[bool], lengths: list[int],
@@ -235,6 +236,18 @@ def _generation_stats(rewards: list[float], correct: list[bool], lengths: list[i
         "response_length_max": int(max(lengths)),
         "truncated_frac": float(np.mean(truncated)),
     }
+
+
+def loss_batch(batch: PackedBatch, truncated: torch.Tensor, mask_truncated: bool) -> PackedBatch:
+    """The batch the update sees: with `rollout.mask_truncated`, responses cut at
+    max_new_tokens get an all-zero response mask, so they add nothing to the loss nor to
+    the token-mean's token count (TRL's mask_truncated_completions zeroes its completion
+    mask the same way). Their rewards still count in the group baselines, as in TRL."""
+    if not mask_truncated:
+        return batch
+    keep = (~truncated).to(batch.response_mask.dtype)[:, None]  # (B, 1)
+    return PackedBatch(batch.input_ids, batch.attention_mask, batch.response_mask * keep,
+                       batch.prompt_len)
 
 
 def learning_rate(optim, step: int) -> float:
@@ -498,7 +511,8 @@ class Trainer:
         single-process order and makes the same refill decision."""
         r = self.cfg.rollout
         dynamic = self.method.dynamic_sampling
-        kept: list[tuple] = []  # per group: prompt ids, response ids, rewards, engine log-probs
+        # per group: prompt ids, response ids, rewards, engine log-probs, truncated flags
+        kept: list[tuple] = []
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
         # Without dynamic sampling one round is the whole batch: generating
@@ -528,7 +542,7 @@ class Trainer:
                         dropped += 1
                         continue
                     kept.append((prompt_ids, res.token_ids[group], group_rewards,
-                                 res.logprobs[group]))
+                                 res.logprobs[group], res.truncated[group]))
             if not dynamic or len(kept) >= r.prompts_per_step or gen_batches >= r.max_gen_batches:
                 break
         # One sleep per rollout, after its last round: vLLM stays awake between rounds. Only
@@ -548,10 +562,11 @@ class Trainer:
         prompts = [p for p, group, *_ in kept for _ in group]
         responses = [ids for _, group, *_ in kept for ids in group]
         batch = pack(prompts, responses, self.tokenizer.pad_token_id).to(self.device)
-        rewards = torch.tensor([x for _, _, g, _ in kept for x in g], device=self.device)
+        rewards = torch.tensor([x for _, _, g, *_ in kept for x in g], device=self.device)
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
         return Rollout(batch, rewards, group_ids, stats,
-                       [lp for *_, group_lps in kept for lp in group_lps])
+                       [lp for *_, group_lps, _ in kept for lp in group_lps],
+                       torch.tensor([t for *_, cut in kept for t in cut], device=self.device))
 
     def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
         """This rank's micro-batches of `rows` (dealt to ranks by token count, so they finish
@@ -745,7 +760,8 @@ class Trainer:
 
         # -- update, then the reference schedule at the rollout boundary
         t2 = time.perf_counter()
-        learned = self.update(batch, old_logp, ref_logp, advantages)
+        learned = self.update(loss_batch(batch, rollout.truncated, self.cfg.rollout.mask_truncated),
+                              old_logp, ref_logp, advantages)
         learned["entropy"] = ((entropy * mask).sum() / mask.sum().clamp_min(1)).item()
         self.engine.sync_weights(self.model)
         t_update = time.perf_counter() - t2
