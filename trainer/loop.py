@@ -48,6 +48,7 @@ from trainer.checkpoint import (
 from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
 from trainer.logprobs import PackedBatch, PolicyLogProbs, balanced_share, micro_batches, pack
+from trainer.optimizers import build_optimizer, evaluation_weights
 from trainer.reference import Reference
 from trainer.rollout import logprob_gap, make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
@@ -315,9 +316,7 @@ class Trainer:
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
         self._setup_models()
-        o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas,
-                                           weight_decay=o.weight_decay)
+        self.optimizer = build_optimizer(self.policy.parameters(), cfg.optim)
         self._resume()
         self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
                                   model_path=cfg.model.path, seed=cfg.seed,
@@ -421,16 +420,18 @@ class Trainer:
                            main=self.world.main, barrier=lambda: distributed.barrier(self.world))
 
     def save_checkpoint(self, path: Path, dtype: torch.dtype | None) -> Path:
-        """An HF checkpoint of the policy; under FSDP2 the full weights are gathered first
-        (a collective) and rank 0 writes."""
+        """An HF checkpoint of the policy, holding the weights evaluation should see
+        (schedule-free: x, trainer.optimizers); under FSDP2 the full weights are gathered
+        first (a collective) and rank 0 writes."""
         state = None
-        if self.world.distributed:
-            prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
-            state = {k.removeprefix(prefix): v
-                     for k, v in distributed.model_state(self.policy).items()}
-        if self.world.main:
-            save_hf_checkpoint(self.model, self.tokenizer, path, config_yaml=self.config_yaml,
-                               dtype=dtype, state_dict=state)
+        with evaluation_weights(self.optimizer):
+            if self.world.distributed:
+                prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
+                state = {k.removeprefix(prefix): v
+                         for k, v in distributed.model_state(self.policy).items()}
+            if self.world.main:
+                save_hf_checkpoint(self.model, self.tokenizer, path,
+                                   config_yaml=self.config_yaml, dtype=dtype, state_dict=state)
         return path
 
     def save(self, *, force_state: bool = False) -> float | None:
