@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .objectives import OBJECTIVES, get_objective, invalid
 
-Divergence = Literal["fkl", "rkl", "ufkl", "urkl"]
+Divergence = Literal["fkl", "rkl", "ufkl", "urkl", "js", "ujs"]
 Form = Literal["differentiable", "reinforce"]
 Estimator = Literal["k1", "k2", "k3"]
 Placement = Literal["exact", "loss", "reward", "none"]
@@ -62,7 +62,9 @@ class LossConfig(BaseModel):
         "exact"); "ppo" = PPO/GRPO/DAPO clip objective with an optional KL penalty;
         "reinforce" = importance-weighted REINFORCE with an optional KL penalty.
     divergence: for rpg, the regularizer: fkl = KL(ref||pi), ufkl = UKL(ref||pi),
-        rkl = KL(pi||ref), urkl = UKL(pi||ref). Must be None for penalty objectives.
+        rkl = KL(pi||ref), urkl = UKL(pi||ref); js / ujs = the released code's rpg_js /
+        rpg_ujs: (KL(pi||ref) + KL(ref||pi)) / 2 and its unnormalized twin (a symmetrised
+        KL, not Jensen-Shannon despite the name). Must be None for penalty objectives.
     form: "differentiable" (paper Table 1) or "reinforce" (stop-gradient, Table 2 / App. F).
         Defaults per objective (rpg/ppo: differentiable, reinforce: reinforce).
     estimator: k1/k2/k3 (Schulman 2020) for a penalty placed in the loss or the reward.
