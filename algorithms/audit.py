@@ -158,7 +158,8 @@ def audit_one(p: Problem, cfg: LossConfig, intended: str) -> AuditResult:
     target_full = exact_gradient(p, intended, beta)
     target_kl = exact_gradient(p, intended, beta, with_reward=False)
     descends = "none"
-    for name, label in (("fkl", "KL(ref||pi)"), ("rkl", "KL(pi||ref)")):
+    for name, label in (("fkl", "KL(ref||pi)"), ("rkl", "KL(pi||ref)"),
+                        ("js", "(KL(pi||ref)+KL(ref||pi))/2")):
         t = exact_gradient(p, name, beta, with_reward=False)
         if float(t.norm()) > 1e-12 and _rel(mean_kl + t, t) < 1e-6:
             descends = label
@@ -192,7 +193,8 @@ def audit_rows(beta: float = BETA) -> list[Row]:
     """Every RPG variant x form x ratio level, and the k1/k2/k3 penalties."""
     rows = []
     for div, form, level in itertools.product(
-        ("fkl", "ufkl", "rkl", "urkl"), ("differentiable", "reinforce"), ("token", "sequence")
+        ("fkl", "ufkl", "rkl", "urkl", "js", "ujs"), ("differentiable", "reinforce"),
+        ("token", "sequence")
     ):
         cfg = LossConfig(objective="rpg", divergence=div, form=form, ratio_level=level, beta=beta)
         rows.append(Row(f"RPG-{div.upper()} {form} {level}", "rpg", cfg, div))
@@ -224,7 +226,8 @@ def design_rows(beta: float = BETA) -> list[Row]:
 
 
 DIVERGENCE_LABEL = {"fkl": "KL(ref||pi)", "ufkl": "UKL(ref||pi)", "rkl": "KL(pi||ref)",
-                    "urkl": "UKL(pi||ref)"}
+                    "urkl": "UKL(pi||ref)", "js": "(KL(pi||ref)+KL(ref||pi))/2",
+                    "ujs": "(UKL(pi||ref)+UKL(ref||pi))/2"}
 NO_KL_LABEL = "none (J = E[R])"  # a design without a KL term: its target is E_pi[R]
 
 

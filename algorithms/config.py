@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .objectives import OBJECTIVES, get_objective, invalid
 
-Divergence = Literal["fkl", "rkl", "ufkl", "urkl"]
+Divergence = Literal["fkl", "rkl", "ufkl", "urkl", "js", "ujs"]
 Form = Literal["differentiable", "reinforce"]
 Estimator = Literal["k1", "k2", "k3"]
 Placement = Literal["exact", "loss", "reward", "none"]
@@ -62,7 +62,9 @@ class LossConfig(BaseModel):
         "exact"); "ppo" = PPO/GRPO/DAPO clip objective with an optional KL penalty;
         "reinforce" = importance-weighted REINFORCE with an optional KL penalty.
     divergence: for rpg, the regularizer: fkl = KL(ref||pi), ufkl = UKL(ref||pi),
-        rkl = KL(pi||ref), urkl = UKL(pi||ref). Must be None for penalty objectives.
+        rkl = KL(pi||ref), urkl = UKL(pi||ref); js / ujs = the released code's rpg_js /
+        rpg_ujs: (KL(pi||ref) + KL(ref||pi)) / 2 and its unnormalized twin (a symmetrised
+        KL, not Jensen-Shannon despite the name). Must be None for penalty objectives.
     form: "differentiable" (paper Table 1) or "reinforce" (stop-gradient, Table 2 / App. F).
         Defaults per objective (rpg/ppo: differentiable, reinforce: reinforce).
     estimator: k1/k2/k3 (Schulman 2020) for a penalty placed in the loss or the reward.
@@ -75,6 +77,8 @@ class LossConfig(BaseModel):
     clip: None or a ClipConfig.
     beta: KL coefficient; 0 exactly when kl_placement is "none".
     agg: how the [batch, tokens] loss is reduced to a scalar.
+    entropy_coef: entropy bonus, L -= entropy_coef * agg(H) with H the per-token entropy of
+        pi (verl's `entropy_coeff`, reduced with the same `agg`); 0 = off, the loss untouched.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -89,6 +93,8 @@ class LossConfig(BaseModel):
     clip: ClipConfig | None = None
     beta: float = Field(0.0, ge=0.0)
     agg: Aggregation = "token-mean"
+    entropy_coef: float = Field(0.0, ge=0.0, description="entropy bonus coefficient (verl's "
+                                "entropy_coeff; every released RPG script: 0)")
 
     @model_validator(mode="before")
     @classmethod

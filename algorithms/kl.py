@@ -72,4 +72,9 @@ def divergence(name: str, pi: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         return kl(pi, ref)
     if name == "urkl":
         return ukl(pi, ref)
-    raise ValueError(f"divergence={name!r} is not registered; choose fkl, rkl, ufkl or urkl")
+    if name == "js":  # the released code's "JS": a symmetrised KL
+        return 0.5 * (kl(pi, ref) + kl(ref, pi))
+    if name == "ujs":
+        return 0.5 * (ukl(pi, ref) + ukl(ref, pi))
+    raise ValueError(f"divergence={name!r} is not registered; choose fkl, rkl, ufkl, urkl, js "
+                     "or ujs")

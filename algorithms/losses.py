@@ -14,6 +14,8 @@ reference that differs from the sampler). grad L = -grad J for J = E_pi[R] - bet
     D = UKL(ref||pi)  ufkl   L = -w A + beta (w - q log w)                (k3 form)
     D = KL(pi||ref)   rkl    L =  w (-A + beta log rho)
     D = UKL(pi||ref)  urkl   L = -w A + beta (w log rho - w)
+    D = (KL(pi||ref) + KL(ref||pi)) / 2    js    L = -w A + beta (w log rho - q log w) / 2
+    D = (UKL(pi||ref) + UKL(ref||pi)) / 2  ujs   the same L: (urkl + ufkl) / 2 = (rkl + fkl) / 2
 
 (fkl uses log w instead of the table's log pi: same gradient, loss value centred at 0.)
 The REINFORCE form (paper Table 2 / App. F) is L = -SG(c) * logp with c = -dL/dlogp the
@@ -63,11 +65,25 @@ def _urkl(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return logw.exp() * (logw - logq - 1.0)
 
 
+def _js(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    # The released core_algos.py `rpg_js`, 0.5 (w log w - log w) at q = 1: the mean of the
+    # rkl and fkl surrogates, so its gradient is that of (KL(pi||ref) + KL(ref||pi)) / 2.
+    return 0.5 * (_rkl(logw, logq) + _fkl(logw, logq))
+
+
+def _ujs(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    # `rpg_ujs`: (urkl + ufkl) / 2, algebraically the same function as _js (the -w of urkl
+    # cancels the +w of ufkl); the released code also gives both one expression.
+    return 0.5 * (_urkl(logw, logq) + _ufkl(logw, logq))
+
+
 RPG_KL_SURROGATES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "fkl": _fkl,
     "ufkl": _ufkl,
     "rkl": _rkl,
     "urkl": _urkl,
+    "js": _js,
+    "ujs": _ujs,
 }
 
 
@@ -102,7 +118,8 @@ class Terms(NamedTuple):
 def _check_rpg(cfg: LossConfig) -> None:
     """The KL term of an rpg surrogate is exact: a divergence, no estimator, beta > 0."""
     if cfg.divergence is None:
-        raise invalid(cfg, "divergence", None, "rpg needs one of 'fkl', 'rkl', 'ufkl', 'urkl'")
+        raise invalid(cfg, "divergence", None,
+                      f"rpg needs one of {', '.join(map(repr, RPG_KL_SURROGATES))}")
     if cfg.kl_placement != "exact":
         raise invalid(cfg, "kl_placement", cfg.kl_placement, "rpg's KL term is exact; use 'exact'")
     if cfg.estimator is not None:
@@ -289,6 +306,7 @@ def compute_policy_loss(
     mask: torch.Tensor,
     *,
     norm_len: int | None = None,
+    entropy: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar policy loss and detached metrics for one (mini-)batch.
 
@@ -296,6 +314,7 @@ def compute_policy_loss(
     behaviour policy's (no grad); ref_logp [B, T] or None (None: reference = behaviour
     policy, the paper's setting); advantages [B] or [B, T]; mask [B, T] (1 on response
     tokens). norm_len: constant divisor of "seq-mean-token-sum-norm" (max response length).
+    entropy [B, T]: per-token entropy of pi (with grad), needed when cfg.entropy_coef > 0.
 
     Metrics: LOSS_METRICS, as 0-dim tensors (no host sync).
     """
@@ -351,6 +370,14 @@ def compute_policy_loss(
     pg_loss = aggregate(pg, mask, cfg.agg, norm_len)
     kl_loss = aggregate(kl, mask, cfg.agg, norm_len)
     loss = pg_loss + kl_loss
+    if cfg.entropy_coef > 0:
+        # verl's entropy bonus: policy_loss = pg_loss - entropy_coeff * agg(entropy), same agg.
+        # A Python branch on the config, so coef 0 leaves the loss bit-identical.
+        if entropy is None or entropy.shape != mask.shape:
+            raise ValueError(f"entropy_coef={cfg.entropy_coef} needs the per-token entropy "
+                             f"[B, T] = {tuple(mask.shape)}, got "
+                             f"{None if entropy is None else tuple(entropy.shape)}")
+        loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.agg, norm_len)
 
     metrics = _metrics(terms, (loss, pg_loss, kl_loss), logp, old_logp, ref_logp, mask,
                        weight_mask)

@@ -118,13 +118,13 @@ _METHODS += [
                   "stop-gradient weight, token-mean, group-normalised advantage, no KL; the "
                   "RPG paper's (0.2, 0.28) range (departure: MiniMax-M1 sets no lower bound)"),
 ]
-for _div in ("fkl", "rkl", "ufkl", "urkl"):
+for _div in ("fkl", "rkl", "ufkl", "urkl", "js", "ujs"):  # js/ujs: the released code's
     _METHODS.append(Method(
         name=f"RPG-{_div.upper()}", loss=_rpg(_div, "differentiable"), advantage="group_mean",
         **_DAPO_SAMPLING,
         source="paper Table 1 surrogate + Algorithm 1 dual clip; Table 3; DAPO sampling (Sec. 5)",
     ))
-for _div in ("fkl", "rkl", "ufkl", "urkl"):
+for _div in ("fkl", "rkl", "ufkl", "urkl", "js", "ujs"):  # js/ujs: the released code's
     _METHODS.append(Method(
         name=f"RPG-REINFORCE-{_div.upper()}", loss=_rpg(_div, "reinforce"),
         advantage="group_mean", **_DAPO_SAMPLING,

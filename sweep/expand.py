@@ -29,7 +29,7 @@ from .spec import Axes, ReferenceAxis, SweepConfig, SweepError
 RPG_ONLY = ("divergence", "form", "ratio_level")
 PENALTY_ONLY = ("estimator", "kl_placement", "kl_importance_weight")
 NEEDS_KL = ("beta", "reference")
-LOSS_AXES = RPG_ONLY + PENALTY_ONLY + ("clip", "beta")
+LOSS_AXES = RPG_ONLY + PENALTY_ONLY + ("clip", "beta", "entropy_coef")
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,8 @@ def _axis_token(axis: str, value) -> str:
         return f"clip{_num(value['eps_low'])}-{_num(value['eps_high'])}-{c}"
     if axis == "beta":
         return f"beta{_num(value)}"
+    if axis == "entropy_coef":
+        return f"ent{_num(value)}"
     if axis == "reference":
         extra = {"every_k": f"{value.get('k')}", "kl_target": f"{_num(value.get('kappa') or 0)}"}
         return f"ref-{value['schedule'].replace('_', '')}{extra.get(value['schedule'], '')}"

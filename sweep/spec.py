@@ -76,6 +76,7 @@ class Axes(Strict):
     kl_importance_weight: list[ImportanceWeight] | None = None
     clip: list[ClipAxis | None] | None = None
     beta: list[float] | None = None
+    entropy_coef: list[float] | None = None  # LossConfig.entropy_coef, any method
     reference: list[ReferenceAxis] | None = None
 
     def given(self) -> dict[str, list]:

@@ -24,6 +24,7 @@ from common.generation import ENGINES
 from common.grading import SCORERS
 from common.layout import SweepDir
 from common.prompts import TEMPLATES
+from trainer.optimizers import check_optimizer
 
 # Names come from the registries that own them; these types only spell them for pydantic.
 TemplateName = Literal[tuple(TEMPLATES)]
@@ -95,6 +96,10 @@ class RolloutConfig(_Section):
         "and the recipe) or when its shaped rewards differ (score)")
     max_gen_batches: int = Field(3, ge=1, description="dynamic sampling: generation rounds cap")
     overlong_shaping: bool | None = Field(None, description="DAPO soft overlong penalty")
+    mask_truncated: bool = Field(
+        False, description="responses cut at max_new_tokens get zero loss weight and leave the "
+        "token count (TRL's mask_truncated_completions, DAPO's overlong filtering); their "
+        "rewards still enter the group baseline")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
@@ -138,8 +143,12 @@ class MethodConfig(_Section):
 
 
 class OptimConfig(_Section):
-    """AdamW with linear warmup then constant LR; K epochs of mini-batch updates per step."""
+    """AdamW (or schedule-free AdamW) with linear warmup then constant LR; K epochs of
+    mini-batch updates per step."""
 
+    optimizer: str = Field(
+        "adamw", description="a registered optimizer (trainer.optimizers: adamw, "
+        "schedule_free_adamw); schedule-free checkpoints hold its averaged weights x")
     steps: int = Field(100, ge=1, description="RL steps (one rollout batch each)")
     lr: float = Field(2e-4, gt=0, description="tiny default; the paper uses 1e-6 at 4B-8B")
     warmup_rl_steps: int = Field(
@@ -163,6 +172,11 @@ class OptimConfig(_Section):
         "model.attn_implementation: flash_attention_2 (variable-length kernels); sdpa/eager "
         "get a block-diagonal mask. The token budget then counts real tokens")
     max_nonfinite_in_row: int = Field(3, ge=1, description="stop after this many skipped updates")
+
+    @field_validator("optimizer")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return check_optimizer(v)  # raises, listing the registered optimizers
 
 
 class CheckpointConfig(_Section):

@@ -166,14 +166,17 @@ def _chunk_stats(
     h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
     inv_temp: float, with_entropy: bool, compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h (n, H), weight (V, H), targets (n,) -> log-prob (n,) and entropy (n,), float32.
+    """h (n, H), weight (V, H), targets (n,) -> log-prob (n,) and entropy (n,), float32
+    (float64 for float64 inputs: the exact tests). The entropy keeps its graph, so an entropy
+    bonus's gradient is recomputed per chunk like the log-prob's.
 
     `compute_dtype`: h, weight and bias are cast to it here, inside the chunk, so the
     gradient reaching the (float32) weight is one float32 tensor per chunk."""
     if compute_dtype is not None:
         h, weight = h.to(compute_dtype), weight.to(compute_dtype)
         bias = None if bias is None else bias.to(compute_dtype)
-    logits = torch.nn.functional.linear(h, weight, bias).float()  # (n, V)
+    logits = torch.nn.functional.linear(h, weight, bias)  # (n, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, f64 kept
     if inv_temp != 1.0:
         logits = logits * inv_temp
     lse = torch.logsumexp(logits, dim=-1)  # (n,)
@@ -279,7 +282,9 @@ def naive_response_logprobs(model, batch: PackedBatch, temperature: float = 1.0)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                    position_ids=position_ids, use_cache=False).logits  # (B, L, V)
     P, T = batch.prompt_len, batch.response_mask.shape[1]
-    logp_all = torch.log_softmax(logits[:, P - 1 : P + T - 1].float() / temperature, -1)
+    logits = logits[:, P - 1 : P + T - 1]  # (B, T, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logp_all = torch.log_softmax(logits / temperature, -1)
     logp = logp_all.gather(-1, batch.response_ids[..., None]).squeeze(-1)  # (B, T)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp * batch.response_mask, entropy * batch.response_mask

@@ -48,6 +48,7 @@ from trainer.checkpoint import (
 from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
 from trainer.logprobs import PackedBatch, PolicyLogProbs, balanced_share, micro_batches, pack
+from trainer.optimizers import build_optimizer, evaluation_weights
 from trainer.reference import Reference
 from trainer.rollout import logprob_gap, make_engine
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
@@ -224,6 +225,7 @@ class Rollout:
     group_ids: torch.Tensor  # (B,) long
     stats: dict = field(default_factory=dict)
     engine_logprobs: list | None = None  # per row: the engine's log-probs of its tokens
+    truncated: torch.Tensor | None = None  # (B,) bool: cut at max_new_tokens
 
 
 def _generation_stats(rewards: list[float], correct: list[bool], lengths: list[int],
@@ -237,6 +239,18 @@ def _generation_stats(rewards: list[float], correct: list[bool], lengths: list[i
         "response_length_max": int(max(lengths)),
         "truncated_frac": float(np.mean(truncated)),
     }
+
+
+def loss_batch(batch: PackedBatch, truncated: torch.Tensor, mask_truncated: bool) -> PackedBatch:
+    """The batch the update sees: with `rollout.mask_truncated`, responses cut at
+    max_new_tokens get an all-zero response mask, so they add nothing to the loss nor to
+    the token-mean's token count (TRL's mask_truncated_completions zeroes its completion
+    mask the same way). Their rewards still count in the group baselines, as in TRL."""
+    if not mask_truncated:
+        return batch
+    keep = (~truncated).to(batch.response_mask.dtype)[:, None]  # (B, 1)
+    return PackedBatch(batch.input_ids, batch.attention_mask, batch.response_mask * keep,
+                       batch.prompt_len)
 
 
 def learning_rate(optim, step: int) -> float:
@@ -305,9 +319,7 @@ class Trainer:
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
         self._setup_models()
-        o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas,
-                                           weight_decay=o.weight_decay)
+        self.optimizer = build_optimizer(self.policy.parameters(), cfg.optim)
         self._resume()
         self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
                                   model_path=cfg.model.path, seed=cfg.seed,
@@ -418,16 +430,18 @@ class Trainer:
                            main=self.world.main, barrier=lambda: distributed.barrier(self.world))
 
     def save_checkpoint(self, path: Path, dtype: torch.dtype | None) -> Path:
-        """An HF checkpoint of the policy; under FSDP2 the full weights are gathered first
-        (a collective) and rank 0 writes."""
+        """An HF checkpoint of the policy, holding the weights evaluation should see
+        (schedule-free: x, trainer.optimizers); under FSDP2 the full weights are gathered
+        first (a collective) and rank 0 writes."""
         state = None
-        if self.world.distributed:
-            prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
-            state = {k.removeprefix(prefix): v
-                     for k, v in distributed.model_state(self.policy).items()}
-        if self.world.main:
-            save_hf_checkpoint(self.model, self.tokenizer, path, config_yaml=self.config_yaml,
-                               dtype=dtype, state_dict=state)
+        with evaluation_weights(self.optimizer):
+            if self.world.distributed:
+                prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
+                state = {k.removeprefix(prefix): v
+                         for k, v in distributed.model_state(self.policy).items()}
+            if self.world.main:
+                save_hf_checkpoint(self.model, self.tokenizer, path,
+                                   config_yaml=self.config_yaml, dtype=dtype, state_dict=state)
         return path
 
     def save(self, *, force_state: bool = False) -> float | None:
@@ -508,7 +522,8 @@ class Trainer:
         single-process order and makes the same refill decision."""
         r = self.cfg.rollout
         dynamic = self.method.dynamic_sampling
-        kept: list[tuple] = []  # per group: prompt ids, response ids, rewards, engine log-probs
+        # per group: prompt ids, response ids, rewards, engine log-probs, truncated flags
+        kept: list[tuple] = []
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
         # Without dynamic sampling one round is the whole batch: generating
@@ -538,7 +553,7 @@ class Trainer:
                         dropped += 1
                         continue
                     kept.append((prompt_ids, res.token_ids[group], group_rewards,
-                                 res.logprobs[group]))
+                                 res.logprobs[group], res.truncated[group]))
             if not dynamic or len(kept) >= r.prompts_per_step or gen_batches >= r.max_gen_batches:
                 break
         # One sleep per rollout, after its last round: vLLM stays awake between rounds. Only
@@ -558,10 +573,11 @@ class Trainer:
         prompts = [p for p, group, *_ in kept for _ in group]
         responses = [ids for _, group, *_ in kept for ids in group]
         batch = pack(prompts, responses, self.tokenizer.pad_token_id).to(self.device)
-        rewards = torch.tensor([x for _, _, g, _ in kept for x in g], device=self.device)
+        rewards = torch.tensor([x for _, _, g, *_ in kept for x in g], device=self.device)
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
         return Rollout(batch, rewards, group_ids, stats,
-                       [lp for *_, group_lps in kept for lp in group_lps])
+                       [lp for *_, group_lps, _ in kept for lp in group_lps],
+                       torch.tensor([t for *_, cut in kept for t in cut], device=self.device))
 
     def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
         """This rank's micro-batches of `rows` (dealt to ranks by token count, so they finish
@@ -611,13 +627,15 @@ class Trainer:
         total_loss = torch.zeros((), device=self.device)
         sums: dict[str, torch.Tensor] = {}
         for micro in self._micro_batches(batch, rows):
-            idx, mb, logp, _ = self._forward(self.policy, batch, micro, with_entropy=False)
+            bonus = self.loss_cfg.entropy_coef > 0  # entropy (and its gradient) only if used
+            idx, mb, logp, ent = self._forward(self.policy, batch, micro, with_entropy=bonus)
             t = mb.response_mask.shape[1]
             loss, metrics = compute_policy_loss(
                 self.loss_cfg, logp, old_logp[idx, :t],
                 None if ref_logp is None else ref_logp[idx, :t],
                 advantages[idx] if advantages.dim() == 1 else advantages[idx, :t],
                 mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
+                entropy=ent if bonus else None,
             )
             if not len(micro):
                 w = torch.zeros((), device=self.device)
@@ -753,7 +771,8 @@ class Trainer:
 
         # -- update, then the reference schedule at the rollout boundary
         t2 = time.perf_counter()
-        learned = self.update(batch, old_logp, ref_logp, advantages)
+        learned = self.update(loss_batch(batch, rollout.truncated, self.cfg.rollout.mask_truncated),
+                              old_logp, ref_logp, advantages)
         learned["entropy"] = ((entropy * mask).sum() / mask.sum().clamp_min(1)).item()
         self.engine.sync_weights(self.model)
         t_update = time.perf_counter() - t2

@@ -32,7 +32,7 @@ def test_unknown_field_and_bad_literal_are_rejected():
     with pytest.raises(ValueError, match="bogus"):
         LossConfig(objective="ppo", bogus=1)
     with pytest.raises(ValueError, match="divergence"):
-        LossConfig(objective="rpg", divergence="js", beta=1e-4)
+        LossConfig(objective="rpg", divergence="hellinger", beta=1e-4)
 
 
 def test_dual_clip_must_exceed_upper_bound():
@@ -51,7 +51,8 @@ def test_registry_has_the_papers_methods_with_paper_hyperparameters():
     expected = {"GRPO", "GRPO-ISKL", "DAPO", "REINFORCE++", "REINFORCE++-Baseline", "Dr.GRPO",
                 "RPG-FKL", "RPG-RKL", "RPG-UFKL", "RPG-URKL", "RPG-REINFORCE-FKL",
                 "RPG-REINFORCE-RKL", "RPG-REINFORCE-UFKL", "RPG-REINFORCE-URKL",
-                "RLOO", "GSPO", "CISPO"}  # the last three: designs beside the paper's (issue 22)
+                "RLOO", "GSPO", "CISPO",  # designs beside the paper's (issue 22)
+                "RPG-JS", "RPG-UJS", "RPG-REINFORCE-JS", "RPG-REINFORCE-UJS"}  # released code
     assert set(METHODS) == expected
     urkl = METHODS["RPG-REINFORCE-URKL"]
     assert (urkl.loss.objective, urkl.loss.divergence, urkl.loss.form) == ("rpg", "urkl", "reinforce")

@@ -150,6 +150,7 @@ AXIS_EXAMPLES = {
     "kl_importance_weight": "detached",
     "clip": {"eps_low": 0.1, "eps_high": 0.1, "dual_c": 3.0},
     "beta": 1e-3,
+    "entropy_coef": 1e-3,
     "reference": {"schedule": "every_k", "k": 5},
 }
 # Axes whose example needs another axis to make a valid loss (sequence ratios are unclipped).

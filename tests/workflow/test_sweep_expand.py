@@ -61,7 +61,7 @@ def test_empty_grid_and_unknown_method_are_errors_naming_the_file():
 def test_schema_errors_name_file_key_and_allowed_values():
     with pytest.raises(SweepError) as err:
         parse_sweep({"name": "t", "methods": ["GRPO"], "eval": EVAL,
-                     "axes": {"divergence": ["js"]}}, "config/x.yaml")
+                     "axes": {"divergence": ["hellinger"]}}, "config/x.yaml")
     msg = str(err.value)
     assert "config/x.yaml" in msg and "axes.divergence.0" in msg and "'fkl'" in msg
     with pytest.raises(SweepError, match="bogus"):

@@ -49,6 +49,18 @@ SHIPPED = {
     ("config/default.yaml", "config/ablations/frontier.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 48, "train": 48, "evaluate_run": 48, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/divergence-js.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 9, "train": 9, "evaluate_run": 9, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/entropy.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 12, "train": 12, "evaluate_run": 12, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/mask-truncated.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/schedule-free.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 144, "train": 144, "evaluate_run": 144, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
@@ -122,7 +134,7 @@ def test_lint_is_clean():
 
 def test_bad_sweep_fails_before_any_job_naming_file_and_key(tmp_path):
     bad = yaml.safe_load((REPO / "config/default.yaml").read_text())
-    bad["axes"] = {"divergence": ["js"]}
+    bad["axes"] = {"divergence": ["hellinger"]}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     proc = run_snakemake("-n", "--configfile", str(path), check=False)
