@@ -293,7 +293,6 @@ def _generate_reference(model, tok, prompts, *, n, temperature, top_p, max_new_t
     (4, 1.0, 1.0, 6),  # the default's evaluation; calls that cut a prompt's copies apart
     (3, 0.7, 0.9, 5),  # both warpers
     (2, 0.0, 1.0, 64),  # greedy
-    (1, 1.0, 1.0, 3),  # nothing to share
 ])
 def test_hf_generate_draws_exactly_what_generate_draws(n, temperature, top_p, batch_size):
     """Speed without a change of numbers: hf_generate prefills each distinct prompt once and
