@@ -1,11 +1,19 @@
-"""The `hf` engine: transformers `generate` (KV cache, left padding), CPU or GPU.
+"""The `hf` engine: a transformers model decoding with its KV cache, left padding, CPU or GPU.
 
     engine = HFEngine.from_checkpoint("results/x/checkpoints/step_40", EngineOptions())
     engine = HFEngine(model, tokenizer)   # rollouts: the training model itself, no copy
 
-Sampling settings are explicit (`sampling_generation_config`) and the checkpoint's
-generation_config.json is hidden from `generate` (`checkpoint_defaults_ignored`).
-Legend: B rows per generate call, L prompt length (padded), T new tokens.
+`hf_generate` runs the decoding loop of transformers' `generate` (`_sample`) itself, with one
+change: each distinct prompt is prefilled once and its KV cache copied to its n rows, instead
+of prefilling every row (n-fold work for the prompt, the larger part of a tiny model's
+generation). Every model call, logits warper and RNG draw is the one `generate` makes, so
+the samples are the same (tests/eval/test_generation_hf.py compares them with `generate`).
+Only temperature and top_p shape the distribution; the checkpoint's generation_config.json
+is never read (`sampling_generation_config` and `checkpoint_defaults_ignored` are what a
+caller of `model.generate` needs for the same). docs/performance.md "Speed on CPU" has the
+measurements.
+Legend: B rows per generate call, U distinct prompts among them, L prompt length (padded),
+T new tokens, V vocabulary.
 """
 
 from __future__ import annotations
@@ -16,7 +24,12 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import GenerationConfig
+from transformers import DynamicCache, GenerationConfig
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from common.generation.base import (
     Engine,
@@ -88,7 +101,7 @@ def hf_generate(
     batch_size: int = 64,
     progress: bool = False,
 ) -> list[list[Sample]]:
-    """n samples per prompt (outer list: prompts, inner: samples) with `model.generate`.
+    """n samples per prompt (outer list: prompts, inner: samples), as `model.generate` samples.
 
     Left padding and the KV cache; sampling when temperature > 0, greedy otherwise. The RNG
     is seeded inside `torch.random.fork_rng`, so the caller's global RNG state is untouched
@@ -101,6 +114,8 @@ def hf_generate(
     ends = eos_ids(model, tokenizer)
     config = sampling_generation_config(model, tokenizer, temperature=temperature, top_p=top_p,
                                         max_new_tokens=max_new_tokens)
+    pad_id = config.pad_token_id
+    warpers = sampling_warpers(temperature, top_p)
     rows = [p for p in prompts for _ in range(n)]  # P*n rows, prompt-major
     device = next(model.parameters()).device
     cuda_devices = [device.index or 0] if device.type == "cuda" else []
@@ -112,28 +127,98 @@ def hf_generate(
     try:
         # no_grad, not inference_mode: FSDP2-sharded weights (gathered for decoding) must stay
         # usable by autograd afterwards.
-        with (torch.random.fork_rng(devices=cuda_devices), torch.no_grad(),
-              checkpoint_defaults_ignored(model)):
+        with torch.random.fork_rng(devices=cuda_devices), torch.no_grad():
             torch.manual_seed(seed)
             starts = range(0, len(rows), batch_size)
             for start in tqdm(starts, desc="generate", disable=not progress, unit="batch"):
+                distinct, copies = runs_of_equal(rows[start : start + batch_size])
+                # Padded to the longest of the distinct prompts: the longest of all B rows.
                 enc = tokenizer(
-                    rows[start : start + batch_size],
+                    distinct,
                     return_tensors="pt",
                     padding=True,
                     add_special_tokens=adds_special_tokens(tokenizer),
                 ).to(device)
-                generated = model.generate(
-                    input_ids=enc["input_ids"],  # (B, L)
-                    attention_mask=enc["attention_mask"],
-                    generation_config=config,
-                )  # (B, L + T'), T' <= max_new_tokens
-                for row in generated[:, enc["input_ids"].shape[1] :].tolist():
+                generated = decode(
+                    model, enc["input_ids"], enc["attention_mask"],  # (U, L)
+                    torch.tensor(copies, device=device), warpers=warpers, greedy=temperature == 0,
+                    max_new_tokens=max_new_tokens, ends=ends, pad_id=pad_id,
+                )  # (B, T'), T' <= max_new_tokens
+                for row in generated.tolist():
                     out.append(_to_sample(row, ends, tokenizer))
     finally:
         tokenizer.padding_side = old_side
         model.train(was_training)
     return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def runs_of_equal(rows: list[str]) -> tuple[list[str], list[int]]:
+    """Consecutive equal rows as (distinct rows, how many times each): a prompt's n copies."""
+    distinct: list[str] = []
+    copies: list[int] = []
+    for row in rows:
+        if distinct and row == distinct[-1]:
+            copies[-1] += 1
+        else:
+            distinct.append(row)
+            copies.append(1)
+    return distinct, copies
+
+
+def sampling_warpers(temperature: float, top_p: float) -> LogitsProcessorList:
+    """The logits warpers `generate` builds for `sampling_generation_config`'s settings, in its
+    order (transformers `_get_logits_processor`: temperature unless 1, top_p unless 1; top_k
+    is 0, i.e. off); none for greedy."""
+    warpers = LogitsProcessorList()
+    if temperature == 0:
+        return warpers
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
+    return warpers
+
+
+def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies: torch.Tensor,
+           *, warpers: LogitsProcessorList, greedy: bool, max_new_tokens: int, ends: set[int],
+           pad_id: int) -> torch.Tensor:
+    """New tokens (B, T') for U left-padded prompts (U, L), prompt u repeated copies[u] times.
+
+    transformers `generate`'s sampling loop (`_sample`, one DynamicCache, float32 scores,
+    `softmax` + `multinomial` or `argmax`, finished rows fed the pad token, stop when every
+    row has an EOS or after max_new_tokens), except the prefill: it runs on the U distinct
+    prompts, then the cache and last-position logits are copied to the B rows. T' is the
+    step at which the last row finished. One host sync per token (the all-finished test).
+    """
+    expand = torch.repeat_interleave(torch.arange(len(copies), device=copies.device),
+                                     copies)  # (B,) row -> its prompt
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    out = model(input_ids=input_ids, past_key_values=cache, attention_mask=attention_mask,
+                use_cache=True, return_dict=True)
+    logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)[expand]  # (B, V)
+    del out  # the prefill's (U, L, V) logits
+    cache.reorder_cache(expand)  # every layer's (U, heads, L, d) keys/values -> (B, ...)
+    mask = attention_mask[expand]  # (B, L)
+    eos = torch.tensor(sorted(ends), device=input_ids.device)
+    unfinished = torch.ones(len(expand), dtype=torch.long, device=input_ids.device)  # (B,)
+    tokens = []
+    for t in range(max_new_tokens):
+        scores = warpers(None, logits)  # the warpers read the scores only
+        if greedy:
+            next_tokens = torch.argmax(scores, dim=-1)
+        else:
+            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        next_tokens = next_tokens * unfinished + pad_id * (1 - unfinished)  # (B,)
+        tokens.append(next_tokens)
+        unfinished = unfinished & ~torch.isin(next_tokens, eos)
+        if t + 1 == max_new_tokens or unfinished.max() == 0:  # syncs with the host
+            break
+        mask = torch.cat([mask, mask.new_ones((len(mask), 1))], dim=-1)  # (B, L + t + 1)
+        out = model(input_ids=next_tokens[:, None], past_key_values=cache,
+                    attention_mask=mask, use_cache=True, return_dict=True)
+        logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)  # (B, V)
+        del out
+    return torch.stack(tokens, dim=1)
 
 
 def _to_sample(row: list[int], ends: set[int], tokenizer) -> Sample:

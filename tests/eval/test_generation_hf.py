@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -257,3 +258,57 @@ def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
         ENGINES.pop("greedy-only")
     with pytest.raises(ValueError, match="backend='greedy-only' is not registered"):
         EvalConfig(checkpoint="c", benchmark="toy", out="o", backend="greedy-only")
+
+
+SHIPPED_TINY = Path(__file__).resolve().parents[2] / "data" / "tiny-model"
+
+
+def _generate_reference(model, tok, prompts, *, n, temperature, top_p, max_new_tokens, seed,
+                        batch_size):
+    """What hf_generate returned when it called `model.generate` on every row: the token
+    ids per row, rows prompt-major, `batch_size` rows per call, one seeded RNG stream."""
+    config = sampling_generation_config(model, tok, temperature=temperature, top_p=top_p,
+                                        max_new_tokens=max_new_tokens)
+    ends = set(config.eos_token_id)
+    rows = [p for p in prompts for _ in range(n)]
+    old_side, tok.padding_side = tok.padding_side, "left"
+    out = []
+    try:
+        with torch.random.fork_rng(), torch.no_grad(), checkpoint_defaults_ignored(model):
+            torch.manual_seed(seed)
+            for start in range(0, len(rows), batch_size):
+                enc = tok(rows[start : start + batch_size], return_tensors="pt", padding=True,
+                          add_special_tokens=adds_special_tokens(tok))
+                generated = model.generate(**enc, generation_config=config)
+                for row in generated[:, enc["input_ids"].shape[1] :].tolist():
+                    stop = next((i for i, t in enumerate(row) if t in ends), None)
+                    out.append(row if stop is None else row[: stop + 1])
+    finally:
+        tok.padding_side = old_side
+    return out
+
+
+@pytest.mark.parametrize("n,temperature,top_p,batch_size", [
+    (8, 1.0, 1.0, 256),  # the default's rollouts: one call, 8 copies of each prompt
+    (4, 1.0, 1.0, 6),  # the default's evaluation; calls that cut a prompt's copies apart
+    (3, 0.7, 0.9, 5),  # both warpers
+    (2, 0.0, 1.0, 64),  # greedy
+])
+def test_hf_generate_draws_exactly_what_generate_draws(n, temperature, top_p, batch_size):
+    """Speed without a change of numbers: hf_generate prefills each distinct prompt once and
+    decodes itself, and gives, token for token, what transformers `generate` gives on every
+    row with the same seed (shipped warm-start model: responses end at EOS at varied steps,
+    so finished rows, padding and the early stop are exercised)."""
+    from common.toy import problems as toy_problems
+
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_TINY)
+    tok = AutoTokenizer.from_pretrained(SHIPPED_TINY)
+    prompts = [build_prompt(p["problem"], "dapo", tok) for p in toy_problems("train", 5, seed=3)]
+    prompts[2] = build_prompt("What is 3?", "boxed", tok)  # another length: left padding
+    kw = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": 20,
+          "batch_size": batch_size, "seed": 1}
+    ours = hf_generate(model, tok, prompts, **kw)
+    reference = _generate_reference(model, tok, prompts, **kw)
+    assert [s.token_ids for group in ours for s in group] == reference
+    lengths = {len(ids) for ids in reference}
+    assert len(lengths) > 1  # rows finished at different steps
