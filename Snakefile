@@ -17,6 +17,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/default.yaml"
 
 
+# `snakemake --report results/<sweep>/report.html`: the study in one HTML file (docs/reports.md).
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/train.smk"

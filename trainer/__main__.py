@@ -6,15 +6,17 @@
                                                         # (options: trainer.tiny.TinyConfig)
     python -m trainer heldout --model DIR [--n 4 | --greedy]   # toy held-out accuracy
 
-Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config or a refused resume
-state, 75 preempted (SIGTERM/SIGUSR1: resume state saved; rerun the same command to continue),
-1 other errors.
+Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config, an unloadable
+model.path or a refused resume state, 74 the disk filled while saving (partial files removed,
+the previous state whole: free space and rerun), 75 preempted (SIGTERM/SIGUSR1: resume state
+saved; rerun the same command to continue), 1 other errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _train(args) -> int:
@@ -33,6 +35,15 @@ def _train(args) -> int:
     except ValueError as e:
         print(f"error: {args.config}: {e}", file=sys.stderr)
         return 2
+    local = Path(cfg.model.path).expanduser()
+    if local.is_dir():  # the weights' headers and shapes, before any load (a hub id: later)
+        from common.generation.base import check_checkpoint
+
+        try:
+            check_checkpoint(local)
+        except ValueError as e:
+            print(f"error: {args.config}: model.path: {e}", file=sys.stderr)
+            return 2
     try:
         deadline = job_deadline(args.deadline)
     except ValueError as e:
@@ -44,7 +55,7 @@ def _train(args) -> int:
         return 2
     from common.files import read_run_id
     from trainer import distributed
-    from trainer.checkpoint import UnsafeStateError
+    from trainer.checkpoint import DISK_FULL_EXIT_CODE, DiskFullError, UnsafeStateError
     from trainer.loop import train
 
     parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
@@ -55,6 +66,9 @@ def _train(args) -> int:
     except UnsafeStateError as e:  # a resume file that would need unpickling: refused
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except DiskFullError as e:  # partial files removed, the previous state whole
+        print(f"error: {e}", file=sys.stderr)
+        return DISK_FULL_EXIT_CODE
     finally:
         distributed.shutdown()
     print(f"[trainer] run directory: {out}")

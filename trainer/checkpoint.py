@@ -10,6 +10,11 @@ What it writes in the run directory (paths from `common.layout.RunDir`):
     state_tensors(N)         the weights and optimizer states, sharded: each rank writes its
                              own shards (torch.distributed.checkpoint), any world size loads
 
+A save that fills the disk (ENOSPC mid-write) removes its partial files and raises
+`DiskFullError`, one line with the path, the bytes needed and the bytes free: whatever was
+saved before (the previous resume state, earlier checkpoints) is untouched, so rerunning the
+same command after freeing space resumes from the previous state.
+
 Preemption: SIGTERM and SIGUSR1 (SLURM's warning signals) set a flag; the loop finishes
 the step in flight, saves the resume state and exits with PREEMPTED_EXIT_CODE (75,
 EX_TEMPFAIL: "try again"), so a scheduler can requeue and the next start resumes.
@@ -17,20 +22,82 @@ EX_TEMPFAIL: "try again"), so a scheduler can requeue and the next start resumes
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
 import re
 import shutil
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from common.layout import CHECKPOINT_CONFIG, RunDir
 
 PREEMPTED_EXIT_CODE = 75
+DISK_FULL_EXIT_CODE = 74  # EX_IOERR
+# Errors a write can end in when the disk is full: OSError(ENOSPC) from Python's own writes,
+# RuntimeError from torch's zip writer ("unexpected pos ..."), which DCP wraps in its
+# CheckpointException (a BaseException).
+_WRITE_ERRORS = (OSError, RuntimeError, CheckpointException)
+
+
+class DiskFullError(OSError):
+    """The disk filled while a save was written; the partial files are removed."""
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of the tensors in a nested dict/list/tuple (a sharded tensor: this rank's shard)."""
+    if isinstance(obj, torch.Tensor):
+        local = obj.to_local() if hasattr(obj, "to_local") else obj  # DTensor under FSDP2
+        return local.numel() * local.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _no_space(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT anywhere in the exception's chain (or in DCP's per-rank failures)."""
+    seen: list[BaseException] = [exc]
+    while seen:
+        e = seen.pop()
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(e, CheckpointException):
+            seen += [f[0] if isinstance(f, tuple) else f for f in e.failures.values()]
+        seen += [c for c in (e.__cause__, e.__context__) if c is not None]
+    return False
+
+
+@contextmanager
+def disk_full_is_one_error(partial: Path, needed: int, what: str, kept: str) -> Iterator[None]:
+    """Turn a write that ran out of space into `DiskFullError`: remove `partial` (the
+    half-written file or folder, so the space comes back), then say what was being saved,
+    the bytes it needs and the bytes free, and what is still whole (`kept`). Other errors
+    pass unchanged."""
+    try:
+        yield
+    except _WRITE_ERRORS as exc:
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
+        if isinstance(exc, DiskFullError):  # said by an inner save already
+            raise
+        free = shutil.disk_usage(partial.parent).free
+        if not (_no_space(exc) or free < needed):
+            raise
+        raise DiskFullError(
+            f"{partial}: the disk is full: {what} needs about {needed:,} bytes, "
+            f"{free:,} are free on {partial.parent}; {kept}; free space (or move the run "
+            "to a larger disk) and rerun the same command") from None
 
 
 def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
@@ -43,9 +110,12 @@ def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
     state = state_dict
     if dtype is not None:
         state = {k: v.detach().to(dtype) for k, v in (state or model.state_dict()).items()}
-    model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
-    tokenizer.save_pretrained(tmp)
-    (tmp / CHECKPOINT_CONFIG).write_text(config_yaml)
+    needed = tensor_bytes(state if state is not None else model.state_dict())
+    with disk_full_is_one_error(tmp, needed, f"the checkpoint {path.name}",
+                                "the checkpoints and resume state saved before are whole"):
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        (tmp / CHECKPOINT_CONFIG).write_text(config_yaml)
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)
@@ -103,7 +173,10 @@ def save_state(out_dir: Path, payload: dict) -> Path:
     final = RunDir(out_dir).state_file
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(final.name + ".tmp")
-    torch.save({**payload, "rng": rng_state()}, tmp)
+    state = {**payload, "rng": rng_state()}
+    with disk_full_is_one_error(tmp, tensor_bytes(state), "the resume state",
+                                f"{final} (if any) is the previous state, whole"):
+        torch.save(state, tmp)
     os.replace(tmp, final)
     return final
 
@@ -123,10 +196,18 @@ def save_sharded_state(out_dir: Path, payload: dict, tensors: dict, *, step: int
         shutil.rmtree(folder, ignore_errors=True)  # a half-written save of this step
         folder.parent.mkdir(parents=True, exist_ok=True)
     barrier()
-    sharded_state.save(folder, tensors)
+    previous = sorted(f.name for f in run.state_dir.glob("tensors_*") if f != folder)
+    kept = (f"the previous resume state ({run.state_file}, {previous[-1]}) is whole and "
+            "a rerun resumes from it" if run.state_file.exists() and previous else
+            "there was no earlier resume state: a rerun starts the run over")
+    with disk_full_is_one_error(folder, tensor_bytes(tensors),
+                                f"the resume state of step {step}", kept):
+        sharded_state.save(folder, tensors)
     barrier()
     if main:
-        save_state(out_dir, {**payload, "tensors": folder.name})
+        with disk_full_is_one_error(folder, tensor_bytes(tensors),
+                                    f"the resume state of step {step}", kept):
+            save_state(out_dir, {**payload, "tensors": folder.name})
         for old in run.state_dir.glob("tensors_*"):
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)

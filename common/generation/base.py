@@ -83,7 +83,56 @@ def check_checkpoint(model_path: str | Path) -> Path:
             f"{path} has no tokenizer (none of {list(TOKENIZER_FILES)}); save it next to the "
             "weights with tokenizer.save_pretrained(path)"
         )
+    check_weights(path)
     return path
+
+
+def expected_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """{state-dict name: shape} of the model `path/config.json` describes, built on the meta
+    device (no memory, no weights); {} when transformers cannot build it from the config
+    alone (then the engine's own load is the check)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path / 'config.json'} cannot be read ({exc}); write it again with "
+                         "model.save_pretrained(path)") from None
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def check_weights(path: Path) -> None:
+    """Fail before an engine or the trainer loads them if the weight files are cut short
+    (a full disk, a killed copy) or do not fit config.json (another model's weights):
+    reads the safetensors headers only, which name every tensor's shape and byte range."""
+    from safetensors import SafetensorError, safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{path} holds no *.safetensors weight files; save the model with "
+                         "model.save_pretrained(path)")
+    expected = expected_shapes(path)
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+        except (SafetensorError, OSError) as exc:
+            raise ValueError(
+                f"{file} is not a complete safetensors file ({file.stat().st_size} bytes; "
+                f"{exc}): it was cut short (a full disk, a killed save or copy); save or copy "
+                "the checkpoint again") from None
+        for name, shape in shapes.items():
+            want = expected.get(name)
+            if want is not None and want != shape:
+                raise ValueError(
+                    f"{file}: tensor {name} has shape {list(shape)} but "
+                    f"{path / 'config.json'} makes it {list(want)}: the weights and config.json "
+                    "are from different models; save both from one model (save_pretrained)")
 
 
 def architecture(path: str | Path) -> dict:

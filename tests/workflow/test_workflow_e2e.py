@@ -13,56 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import BENCHMARK_DIR, REPO, run_snakemake, snakemake_exe
+from workflow_helpers import REPO, STEPS, micro_sweep, smk, snakemake_exe
 
 pytestmark = pytest.mark.slow
-
-STEPS = 4
-
-
-def micro_sweep(root: Path, name: str, methods: list[str], steps: int = STEPS,
-                model: str = "tiny") -> Path:
-    cfg = {
-        "name": name,
-        "results_dir": str(root / "results"),
-        "tiny": {"sft_steps": 150},
-        "base": {
-            "model": {"path": model},
-            "task": {"kind": "toy", "num_prompts": 64},
-            "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 24},
-            "optim": {"steps": steps},
-            "checkpoint": {"state_every_steps": 1},
-            "tracking": {"progress": False},
-        },
-        "methods": methods,
-        "seeds": [0],
-        "eval": {
-            "steps": [steps // 2, steps],
-            "benchmarks": ["toy", "aime24"],
-            "n": 2,
-            "max_new_tokens": 24,
-            "limit": {"toy": 8, "aime24": 2},
-            "files": {"aime24": str(BENCHMARK_DIR / "aime24.jsonl")},
-        },
-    }
-    path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def smk(root: Path, config: Path, *extra, check=True):
-    return run_snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
-                         "--configfile", str(config), "-c", "2", "--rerun-incomplete", *extra,
-                         cwd=root, check=check, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sweep")
-    config = micro_sweep(root, "micro", ["RPG-REINFORCE-URKL", "GRPO"])
-    proc = smk(root, config)
-    return root, config, proc
-
 
 def test_sweep_produces_tables_plots_report(finished):
     root, _, _ = finished

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_DIR = REPO / "data" / "benchmarks"
 
@@ -26,3 +28,44 @@ def run_snakemake(*args, cwd=REPO, timeout=600, check=True) -> subprocess.Comple
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+STEPS = 4  # the micro sweep's training steps; evaluated at STEPS // 2 and STEPS
+
+
+def micro_sweep(root: Path, name: str, methods: list[str], steps: int = STEPS,
+                model: str = "tiny") -> Path:
+    """A sweep config: tiny model, a few steps, toy task and two AIME problems."""
+    cfg = {
+        "name": name,
+        "results_dir": str(root / "results"),
+        "tiny": {"sft_steps": 150},
+        "base": {
+            "model": {"path": model},
+            "task": {"kind": "toy", "num_prompts": 64},
+            "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 24},
+            "optim": {"steps": steps},
+            "checkpoint": {"state_every_steps": 1},
+            "tracking": {"progress": False},
+        },
+        "methods": methods,
+        "seeds": [0],
+        "eval": {
+            "steps": [steps // 2, steps],
+            "benchmarks": ["toy", "aime24"],
+            "n": 2,
+            "max_new_tokens": 24,
+            "limit": {"toy": 8, "aime24": 2},
+            "files": {"aime24": str(BENCHMARK_DIR / "aime24.jsonl")},
+        },
+    }
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def smk(root: Path, config: Path, *extra, check=True):
+    """The Snakefile on `config`, run in `root` with two cores, as a user would."""
+    return run_snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
+                         "--configfile", str(config), "-c", "2", "--rerun-incomplete", *extra,
+                         cwd=root, check=check, timeout=900)

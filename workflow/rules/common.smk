@@ -1,4 +1,5 @@
 # Validate the sweep and expand it into cells, once, before any job is scheduled.
+import glob
 import sys
 
 from snakemake.utils import validate
@@ -85,6 +86,48 @@ def runtime(kind):
 
 def _tracking_warning(message):
     print(f"sweep warning: {message}", file=sys.stderr)
+
+
+# `snakemake --report` (report.smk, eval.smk): what each artefact is registered as, and why
+# the report cannot be built yet.
+def summary_for_report(path, bench, step, run="{run_id}"):
+    """An evaluation summary flagged for `snakemake --report`: one category per benchmark,
+    one subcategory per run, labelled by run and step."""
+    return report(path, caption="../report/eval_summary.rst", category=f"Benchmark {bench}",
+                  subcategory=run, labels={"run": run, "step": str(step)})
+
+
+def report_requested(argv):
+    """`snakemake --report FILE` (not --report-after-run, which builds it after the run).
+    Snakemake tells the Snakefile nothing about --report, so its command line is read."""
+    flags = [a.split("=")[0] for a in argv]
+    return "--report" in flags and "--report-after-run" not in flags
+
+
+def locked_by_a_run(sweep_dir):
+    """The lock file of a running (or hard-killed) Snakemake that writes under sweep_dir."""
+    root = os.path.abspath(sweep_dir) + os.sep
+    for lock in sorted(glob.glob(".snakemake/locks/*.output.lock")):
+        with open(lock) as handle:
+            paths = [os.path.abspath(line.strip()) for line in handle if line.strip()]
+        if any(p.startswith(root) for p in paths):
+            return lock
+    return None
+
+
+def report_blocker(reported):
+    """Why `--report` cannot build the study now (one line), or None when it can."""
+    lock = locked_by_a_run(OUT)
+    if lock is not None:
+        return (f"{OUT} is being written by a Snakemake run (lock {os.path.abspath(lock)}): "
+                "wait for it to finish, then rerun --report (after a killed run: "
+                "snakemake --unlock first)")
+    missing = [p for p in reported if not os.path.exists(p)]
+    if missing:
+        return (f"{OUT} is not finished: {len(missing)} of {len(reported)} files of the "
+                f"report are missing (the first: {missing[0]}); run the sweep first "
+                f"(snakemake -c all --configfile {SOURCE}; it resumes), then rerun --report")
+    return None
 
 
 # The parent run spans the invocation: created at onstart, ended at onsuccess/onerror.

@@ -117,7 +117,8 @@ rule concordance:
         ],
         lighteval=CROSSCHECK,
     output:
-        table=f"{OUT}/crosscheck/concordance.md",
+        table=report(f"{OUT}/crosscheck/concordance.md", caption="../report/concordance.rst",
+                     category="Cross-check"),
         csv=f"{OUT}/crosscheck/concordance.csv",
     params:
         sweep_dir=lambda wc, output: os.path.dirname(os.path.dirname(output.table)),

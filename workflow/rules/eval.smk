@@ -16,7 +16,7 @@ if SWEEP.eval.group == "run":
         input:
             done=f"{OUT}/runs/{{run_id}}/DONE",
         output:
-            summaries=[f"{OUT}/runs/{{run_id}}/eval/step_{s}/{b}.json"
+            summaries=[summary_for_report(f"{OUT}/runs/{{run_id}}/eval/step_{s}/{b}.json", b, s)
                        for s in STEPS for b in BENCHES],
             samples=[f"{OUT}/runs/{{run_id}}/eval/step_{s}/{b}.jsonl"
                      for s in STEPS for b in BENCHES],
@@ -44,7 +44,8 @@ else:
             trained=lambda wc: str(LAYOUT.run(wc.run_id).segment(wc.step)
                                    if int(wc.step) in SEGMENTS else LAYOUT.run(wc.run_id).done),
         output:
-            summaries=[f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.json" for b in BENCHES],
+            summaries=[summary_for_report(f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.json",
+                                          b, "{step}") for b in BENCHES],
             samples=[f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.jsonl" for b in BENCHES],
         params:
             args=lambda wc: eval_args(SWEEP, wc.run_id, [int(wc.step)], BENCHES),
@@ -67,7 +68,8 @@ rule evaluate_initial:
     input:
         model=[MODEL_DIR] if TINY else [],
     output:
-        summaries=[f"{OUT}/initial/eval/step_0/{b}.json" for b in BENCHES],
+        summaries=[summary_for_report(f"{OUT}/initial/eval/step_0/{b}.json", b, 0,
+                                      run="initial model") for b in BENCHES],
         samples=[f"{OUT}/initial/eval/step_0/{b}.jsonl" for b in BENCHES],
     params:
         args=initial_eval_args(SWEEP, BENCHES),

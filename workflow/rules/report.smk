@@ -1,4 +1,16 @@
 # Local rules: the exact-gradient audit, the paper's Figures 2/3, then tables, plots, report.
+# Every artefact is flagged with report() so `snakemake --report results/<sweep>/report.html`
+# builds one self-contained HTML file of the study (captions: workflow/report/*.rst). Tables
+# and plots are registered as their folders with a file pattern, so a new table or plot
+# that `python -m analysis report` writes there is in the HTML report without a change here.
+
+
+# Everything report() flags below, so an unfinished or running sweep is named before
+# Snakemake builds the DAG (its own message names one missing file, after warnings).
+REPORTED = [*EVALS, *INITIAL_EVALS, str(LAYOUT.audit / "audit.md"),
+            str(LAYOUT.paper / "figure2_dual_clip.png"), REPORT, *CONCORDANCE]
+if report_requested(sys.argv) and (blocker := report_blocker(REPORTED)):
+    sys.exit(f"error: {blocker}")
 
 
 localrules:
@@ -10,8 +22,10 @@ localrules:
 
 rule audit:
     output:
-        table=str(LAYOUT.audit / "audit.md"),
-        csv=str(LAYOUT.audit / "audit.csv"),
+        table=report(str(LAYOUT.audit / "audit.md"), caption="../report/audit.rst",
+                     category="Audit", labels={"file": "audit.md"}),
+        csv=report(str(LAYOUT.audit / "audit.csv"), caption="../report/audit.rst",
+                   category="Audit", labels={"file": "audit.csv"}),
     conda:
         "../envs/harness.yaml"
     log:
@@ -24,8 +38,12 @@ rule audit:
 
 rule paper_figures:
     output:
-        fig2=str(LAYOUT.paper / "figure2_dual_clip.png"),
-        fig3=str(LAYOUT.paper / "figure3_rpg_style_clip.png"),
+        fig2=report(str(LAYOUT.paper / "figure2_dual_clip.png"),
+                    caption="../report/paper_figures.rst", category="Paper figures",
+                    labels={"figure": "Figure 2"}),
+        fig3=report(str(LAYOUT.paper / "figure3_rpg_style_clip.png"),
+                    caption="../report/paper_figures.rst", category="Paper figures",
+                    labels={"figure": "Figure 3"}),
     conda:
         "../envs/harness.yaml"
     log:
@@ -44,9 +62,16 @@ rule report:
         figures=rules.paper_figures.output.fig2,
         concordance=CONCORDANCE,  # eval.crosscheck: the report's concordance section
     output:
-        REPORT,
+        md=report(REPORT, caption="../report/report_md.rst", category="Report"),
+        # written by the same command beside report.md (analysis/report.py)
+        tables=report(directory(os.path.join(OUT, "tables")), caption="../report/tables.rst",
+                      category="Tables", patterns=["{table}.{fmt}"],
+                      labels={"table": "{table}", "format": "{fmt}"}),
+        plots=report(directory(os.path.join(OUT, "plots")), caption="../report/plots.rst",
+                     category="Plots", patterns=["{plot}.{fmt}"],
+                     labels={"plot": "{plot}", "format": "{fmt}"}),
     params:
-        sweep_dir=lambda wc, output: os.path.dirname(output[0]),
+        sweep_dir=lambda wc, output: os.path.dirname(output.md),
         paper=lambda wc: report_paper_args(SWEEP),
     conda:
         "../envs/harness.yaml"
