@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import torch
 
+from .registry import Registry
+
 EPS = 1e-6
 WHITEN_EPS = 1e-8  # verl's masked_whiten
 
@@ -109,7 +111,8 @@ def _batch(rewards, group_ids):
     return rewards.mean().expand_as(rewards), torch.ones_like(rewards)
 
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
+ADVANTAGE_ESTIMATORS: Registry[Callable] = Registry("advantage estimator")
+for _name, _fn in {
     "group_mean": _centered(_group_stats),
     "dr_grpo": _centered(_group_stats),
     "group_zscore": _centered(_group_stats, scale=True),
@@ -117,7 +120,8 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
     "rloo": _centered(_leave_one_out),
     "reinforce_pp": _reinforce_pp,
     "reinforce_pp_baseline": _reinforce_pp_baseline,
-}
+}.items():
+    ADVANTAGE_ESTIMATORS.register(_name, _fn)
 
 
 def compute_advantages(
@@ -130,13 +134,7 @@ def compute_advantages(
 ) -> torch.Tensor:
     """Advantages [B] (or [B, T] with a token penalty). rewards: [B] float; group_ids: [B]
     (samples of the same prompt share an id); mask, token_penalty: [B, T]."""
-    try:
-        fn = ADVANTAGE_ESTIMATORS[estimator]
-    except KeyError:
-        raise ValueError(
-            f"advantage estimator={estimator!r} is not registered; choose one of "
-            f"{sorted(ADVANTAGE_ESTIMATORS)}"
-        ) from None
+    fn = ADVANTAGE_ESTIMATORS.get(estimator)
     rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
     returns = token_returns(rewards, token_penalty, mask)
     return fn(rewards, group_ids, returns, mask)

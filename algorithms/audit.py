@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from .advantages import token_returns
-from .config import LossConfig
+from .config import DIVERGENCES, ESTIMATORS, LossConfig
 from .kl import divergence, kl_reward_penalty
 from .losses import compute_policy_loss
 from .methods import METHODS
@@ -193,17 +193,17 @@ def audit_rows(beta: float = BETA) -> list[Row]:
     """Every RPG variant x form x ratio level, and the k1/k2/k3 penalties."""
     rows = []
     for div, form, level in itertools.product(
-        ("fkl", "ufkl", "rkl", "urkl", "js", "ujs"), ("differentiable", "reinforce"),
+        DIVERGENCES.names(), ("differentiable", "reinforce"),
         ("token", "sequence")
     ):
         cfg = LossConfig(objective="rpg", divergence=div, form=form, ratio_level=level, beta=beta)
         rows.append(Row(f"RPG-{div.upper()} {form} {level}", "rpg", cfg, div))
-    for est, iw in itertools.product(("k1", "k2", "k3"), ("none", "detached", "differentiable")):
+    for est, iw in itertools.product(ESTIMATORS.names(), ("none", "detached", "differentiable")):
         cfg = LossConfig(objective="ppo", estimator=est, kl_placement="loss",
                          kl_importance_weight=iw, beta=beta)
         label = {"none": "no IW", "detached": "SG(w) IW", "differentiable": "w IW"}[iw]
         rows.append(Row(f"{est} in loss, {label}", "penalty", cfg, "rkl"))
-    for est in ("k1", "k2", "k3"):
+    for est in ESTIMATORS.names():
         cfg = LossConfig(objective="ppo", estimator=est, kl_placement="reward", beta=beta)
         rows.append(Row(f"{est} in reward", "penalty", cfg, "rkl"))
     rows += design_rows(beta)
@@ -225,9 +225,6 @@ def design_rows(beta: float = BETA) -> list[Row]:
     return rows
 
 
-DIVERGENCE_LABEL = {"fkl": "KL(ref||pi)", "ufkl": "UKL(ref||pi)", "rkl": "KL(pi||ref)",
-                    "urkl": "UKL(pi||ref)", "js": "(KL(pi||ref)+KL(ref||pi))/2",
-                    "ujs": "(UKL(pi||ref)+UKL(ref||pi))/2"}
 NO_KL_LABEL = "none (J = E[R])"  # a design without a KL term: its target is E_pi[R]
 
 
@@ -240,7 +237,8 @@ def run_audit(seed: int = 0, beta: float = BETA, policies=tuple(POLICIES)) -> pd
             res = audit_one(make_problem(policy, scenario, seed), row.cfg, row.intended)
             records.append({
                 "policy": pname, "loss": row.name, "family": row.family,
-                "intended": DIVERGENCE_LABEL.get(row.intended, NO_KL_LABEL), "scenario": scenario,
+                "intended": DIVERGENCES[row.intended].label if row.intended else NO_KL_LABEL,
+                "scenario": scenario,
                 "rel_bias": res.rel_bias, "rel_bias_kl": res.rel_bias_kl,
                 "descends": res.descends, "variance": res.variance,
                 "variance_kl": res.variance_kl,

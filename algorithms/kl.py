@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import torch
 
-from .config import LossConfig
+from .config import DIVERGENCES, ESTIMATORS, LossConfig
 
-ESTIMATORS = ("k1", "k2", "k3")
+# name -> f(log r) with log r = ref_logp - logp: [B, T] -> [B, T]
+ESTIMATORS.register("k1", lambda log_r: -log_r)
+ESTIMATORS.register("k2", lambda log_r: 0.5 * log_r**2)
+ESTIMATORS.register("k3", lambda log_r: torch.expm1(log_r) - log_r)  # expm1: precise at r ~ 1
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
     """Per-token KL(pi || ref) sample. logp, ref_logp: [B, T] -> [B, T]."""
-    log_r = ref_logp - logp
-    if estimator == "k1":
-        return -log_r
-    if estimator == "k2":
-        return 0.5 * log_r**2
-    if estimator == "k3":
-        return torch.expm1(log_r) - log_r  # expm1 keeps precision when r ~ 1
-    raise ValueError(f"estimator={estimator!r} is not registered; choose one of {ESTIMATORS}")
+    estimate = ESTIMATORS.get(estimator)
+    return estimate(ref_logp - logp)
 
 
 def kl_reward_penalty(
@@ -63,18 +60,6 @@ def ukl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def divergence(name: str, pi: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """The regularizer D(pi, ref) named by a LossConfig.divergence."""
-    if name == "fkl":
-        return kl(ref, pi)
-    if name == "ufkl":
-        return ukl(ref, pi)
-    if name == "rkl":
-        return kl(pi, ref)
-    if name == "urkl":
-        return ukl(pi, ref)
-    if name == "js":  # the released code's "JS": a symmetrised KL
-        return 0.5 * (kl(pi, ref) + kl(ref, pi))
-    if name == "ujs":
-        return 0.5 * (ukl(pi, ref) + ukl(ref, pi))
-    raise ValueError(f"divergence={name!r} is not registered; choose fkl, rkl, ufkl, urkl, js "
-                     "or ujs")
+    """The regularizer D(pi, ref) named by a LossConfig.divergence (registered with its
+    surrogate in `algorithms/losses.py`)."""
+    return DIVERGENCES.get(name).exact(pi, ref)

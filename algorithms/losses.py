@@ -31,13 +31,14 @@ signature for its terms and, next to them, the rules a LossConfig must meet to u
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 from .clipping import ClipRegions, clip_regions, clipped_pg_term
-from .config import LossConfig
-from .kl import kl_estimate
+from .config import AGGREGATIONS, DIVERGENCES, LossConfig
+from .kl import kl, kl_estimate, ukl
 from .objectives import get_objective, invalid, register_objective
 
 # The metrics `compute_policy_loss` returns, in order: the one list of their names.
@@ -47,6 +48,21 @@ LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "is_weight_mean", "is_weight_max",
 
 # --- the RPG regularizer surrogates, one per divergence ---------------------------------------
 # Each takes (logw, logq) [B, T] (grad through logw) and returns the KL part of L without beta.
+
+
+@dataclass(frozen=True)
+class RpgDivergence:
+    """One registered divergence (`LossConfig.divergence`, `RPG-<NAME>` methods, the audit).
+
+    surrogate(logw, logq) -> the KL part of L without beta, [B, T]; the REINFORCE form's
+        coefficient is its derivative (`stop_gradient_coefficient`).
+    exact(pi, ref) -> D(pi, ref) over the last dim of probability tensors (audit, tests).
+    label: how the audit table names D.
+    """
+
+    surrogate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    exact: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    label: str
 
 
 def _fkl(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -77,14 +93,17 @@ def _ujs(logw: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return 0.5 * (_urkl(logw, logq) + _ufkl(logw, logq))
 
 
-RPG_KL_SURROGATES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "fkl": _fkl,
-    "ufkl": _ufkl,
-    "rkl": _rkl,
-    "urkl": _urkl,
-    "js": _js,
-    "ujs": _ujs,
-}
+# A new divergence is one registration here: the config, the sweep axis, the RPG-<NAME> and
+# RPG-REINFORCE-<NAME> methods and the audit's rows all read this registry.
+DIVERGENCES.register("fkl", RpgDivergence(_fkl, lambda pi, ref: kl(ref, pi), "KL(ref||pi)"))
+DIVERGENCES.register("ufkl", RpgDivergence(_ufkl, lambda pi, ref: ukl(ref, pi), "UKL(ref||pi)"))
+DIVERGENCES.register("rkl", RpgDivergence(_rkl, lambda pi, ref: kl(pi, ref), "KL(pi||ref)"))
+DIVERGENCES.register("urkl", RpgDivergence(_urkl, lambda pi, ref: ukl(pi, ref), "UKL(pi||ref)"))
+# js/ujs: the released code's symmetrised KLs
+DIVERGENCES.register("js", RpgDivergence(
+    _js, lambda pi, ref: 0.5 * (kl(pi, ref) + kl(ref, pi)), "(KL(pi||ref)+KL(ref||pi))/2"))
+DIVERGENCES.register("ujs", RpgDivergence(
+    _ujs, lambda pi, ref: 0.5 * (ukl(pi, ref) + ukl(ref, pi)), "(UKL(pi||ref)+UKL(ref||pi))/2"))
 
 
 def stop_gradient_coefficient(
@@ -119,7 +138,7 @@ def _check_rpg(cfg: LossConfig) -> None:
     """The KL term of an rpg surrogate is exact: a divergence, no estimator, beta > 0."""
     if cfg.divergence is None:
         raise invalid(cfg, "divergence", None,
-                      f"rpg needs one of {', '.join(map(repr, RPG_KL_SURROGATES))}")
+                      f"rpg needs one of {', '.join(map(repr, DIVERGENCES))}")
     if cfg.kl_placement != "exact":
         raise invalid(cfg, "kl_placement", cfg.kl_placement, "rpg's KL term is exact; use 'exact'")
     if cfg.estimator is not None:
@@ -138,7 +157,7 @@ def _check_rpg(cfg: LossConfig) -> None:
 @register_objective("rpg", check=_check_rpg, default_form="differentiable", exact_kl=True)
 def _rpg_terms(cfg, logp, logw, logq, adv) -> Terms:
     w = logw.exp()
-    surrogate = RPG_KL_SURROGATES[cfg.divergence]
+    surrogate = DIVERGENCES.get(cfg.divergence).surrogate
     if cfg.form == "differentiable":
         # Algorithm 1: dual-clip the reward term (branch on A), keep the exact KL term.
         regions = clip_regions(w, adv, cfg.clip)
@@ -269,20 +288,18 @@ def aggregate(
     sequence's token mean (GRPO paper); seq-mean-token-sum: mean over sequences of token
     sums; seq-mean-token-sum-norm: token sum / (B * norm_len), a constant divisor (Dr. GRPO).
     """
+    reduce = AGGREGATIONS.get(agg)
     mask = mask.to(values.dtype)
-    masked = values * mask
-    if agg == "token-mean":
-        return masked.sum() / mask.sum().clamp_min(1.0)
-    if agg == "seq-mean-token-mean":
-        return (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean()
-    if agg == "seq-mean-token-sum":
-        return masked.sum(-1).mean()
-    if agg == "seq-mean-token-sum-norm":
-        return masked.sum() / (values.shape[0] * (norm_len or values.shape[-1]))
-    raise ValueError(
-        f"agg={agg!r} is not registered; choose token-mean, seq-mean-token-mean, "
-        "seq-mean-token-sum or seq-mean-token-sum-norm"
-    )
+    return reduce(values * mask, mask, norm_len)
+
+
+# name -> f(masked values [B, T], mask [B, T], norm_len) -> scalar
+AGGREGATIONS.register("token-mean", lambda masked, mask, _: masked.sum() / mask.sum().clamp_min(1.0))
+AGGREGATIONS.register("seq-mean-token-mean",
+                      lambda masked, mask, _: (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean())
+AGGREGATIONS.register("seq-mean-token-sum", lambda masked, mask, _: masked.sum(-1).mean())
+AGGREGATIONS.register("seq-mean-token-sum-norm", lambda masked, mask, norm_len: masked.sum() / (
+    masked.shape[0] * (norm_len or masked.shape[-1])))
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

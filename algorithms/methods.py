@@ -13,12 +13,13 @@ REINFORCE++), off for GRPO. Ablations change fields with `with_overrides`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from . import losses  # noqa: F401 - registers the objectives the LossConfigs below use
 from .advantages import ADVANTAGE_ESTIMATORS
-from .config import ClipConfig, LossConfig
-from .reference import get_reference_schedule
+from .config import DIVERGENCES, ClipConfig, LossConfig
+from .reference import REFERENCE_SCHEDULES
+from .registry import Registry
 
 PAPER_CLIP = ClipConfig()  # Sec. 5 (0.2, 0.28); scripts' c = 10: ClipConfig's defaults
 GRPO_CLIP = ClipConfig(eps_low=0.2, eps_high=0.2)  # run_grpo_7b.sh (App. H: 0.1)
@@ -38,25 +39,12 @@ class Method(BaseModel):
 
     name: str
     loss: LossConfig
-    advantage: str  # key of algorithms.advantages.ADVANTAGE_ESTIMATORS
-    reference: str = "rollout"  # default reference schedule (algorithms.reference)
+    advantage: ADVANTAGE_ESTIMATORS.Name  # algorithms.advantages
+    reference: REFERENCE_SCHEDULES.Name = "rollout"  # default reference schedule (algorithms.reference)
     dynamic_sampling: bool = False  # DAPO: drop groups that are all correct or all wrong
     overlong_shaping: bool = False  # DAPO: soft length penalty before max length
     source: str = ""  # where the settings come from
 
-    @field_validator("advantage")
-    @classmethod
-    def _known_advantage(cls, v: str) -> str:
-        if v not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage={v!r} is not registered; choose one of "
-                             f"{sorted(ADVANTAGE_ESTIMATORS)}")
-        return v
-
-    @field_validator("reference")
-    @classmethod
-    def _known_reference(cls, v: str) -> str:
-        get_reference_schedule(v)  # raises, listing the registered schedules
-        return v
 
 
 def _rpg(div: str, form: str) -> LossConfig:
@@ -118,13 +106,13 @@ _METHODS += [
                   "stop-gradient weight, token-mean, group-normalised advantage, no KL; the "
                   "RPG paper's (0.2, 0.28) range (departure: MiniMax-M1 sets no lower bound)"),
 ]
-for _div in ("fkl", "rkl", "ufkl", "urkl", "js", "ujs"):  # js/ujs: the released code's
+for _div in DIVERGENCES:  # every registered divergence, in both forms
     _METHODS.append(Method(
         name=f"RPG-{_div.upper()}", loss=_rpg(_div, "differentiable"), advantage="group_mean",
         **_DAPO_SAMPLING,
         source="paper Table 1 surrogate + Algorithm 1 dual clip; Table 3; DAPO sampling (Sec. 5)",
     ))
-for _div in ("fkl", "rkl", "ufkl", "urkl", "js", "ujs"):  # js/ujs: the released code's
+for _div in DIVERGENCES:
     _METHODS.append(Method(
         name=f"RPG-REINFORCE-{_div.upper()}", loss=_rpg(_div, "reinforce"),
         advantage="group_mean", **_DAPO_SAMPLING,
@@ -132,15 +120,11 @@ for _div in ("fkl", "rkl", "ufkl", "urkl", "js", "ujs"):  # js/ujs: the released
                "DAPO sampling (Sec. 5)",
     ))
 
-METHODS: dict[str, Method] = {m.name: m for m in _METHODS}
+METHODS: Registry[Method] = Registry("method")
+for _method in _METHODS:
+    METHODS.register(_method.name, _method)
 
-
-def get_method(name: str) -> Method:
-    """The registered method `name`; a failed lookup lists what is registered."""
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(f"method {name!r} is not registered; choose one of {list(METHODS)}") from None
+get_method = METHODS.get  # the registered method `name`; a miss lists the names
 
 
 def with_overrides(method: Method, loss: dict | None = None, **fields) -> Method:

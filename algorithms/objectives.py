@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .registry import Registry
+
 if TYPE_CHECKING:
     from .config import LossConfig
 
@@ -46,7 +48,7 @@ class Objective:
         return "loss" if estimator else "none"
 
 
-OBJECTIVES: dict[str, Objective] = {}
+OBJECTIVES: Registry[Objective] = Registry("objective")
 
 
 def register_objective(name: str, *, check: Callable[[LossConfig], None], default_form: str,
@@ -54,21 +56,13 @@ def register_objective(name: str, *, check: Callable[[LossConfig], None], defaul
     """Decorator: register the decorated terms function as objective `name`."""
 
     def decorate(terms: Callable) -> Callable:
-        if name in OBJECTIVES:
-            raise ValueError(f"objective {name!r} is registered twice")
-        OBJECTIVES[name] = Objective(name, terms, check, default_form, exact_kl)
+        OBJECTIVES.register(name, Objective(name, terms, check, default_form, exact_kl))
         return terms
 
     return decorate
 
 
-def get_objective(name: str) -> Objective:
-    """The registered objective `name`; a failed lookup lists what is registered."""
-    try:
-        return OBJECTIVES[name]
-    except KeyError:
-        raise ValueError(f"objective={name!r} is not registered; choose one of "
-                         f"{sorted(OBJECTIVES)}") from None
+get_objective = OBJECTIVES.get  # the registered objective `name`; a miss lists the names
 
 
 def invalid(cfg: LossConfig, field: str, value, allowed: str) -> ValueError:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from .registry import Registry
+
 
 class ReferenceSchedule:
     """Base: a held reference that is never refreshed (the `fixed` schedule's behaviour).
@@ -53,29 +55,21 @@ class ReferenceSchedule:
         pass
 
 
-REFERENCE_SCHEDULES: dict[str, type[ReferenceSchedule]] = {}
+REFERENCE_SCHEDULES: Registry[type[ReferenceSchedule]] = Registry("reference schedule")
 
 
 def register_reference_schedule(name: str):
     """Class decorator: register a ReferenceSchedule subclass under `name`."""
 
     def decorate(cls: type[ReferenceSchedule]) -> type[ReferenceSchedule]:
-        if name in REFERENCE_SCHEDULES:
-            raise ValueError(f"reference schedule {name!r} is registered twice")
+        REFERENCE_SCHEDULES.register(name, cls)
         cls.name = name
-        REFERENCE_SCHEDULES[name] = cls
         return cls
 
     return decorate
 
 
-def get_reference_schedule(name: str) -> type[ReferenceSchedule]:
-    """The registered schedule class `name`; a failed lookup lists what is registered."""
-    try:
-        return REFERENCE_SCHEDULES[name]
-    except KeyError:
-        raise ValueError(f"reference schedule={name!r} is not registered; choose one of "
-                         f"{list(REFERENCE_SCHEDULES)}") from None
+get_reference_schedule = REFERENCE_SCHEDULES.get  # a miss lists the registered schedules
 
 
 @register_reference_schedule("rollout")

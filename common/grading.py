@@ -38,7 +38,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
-SCORERS = ("dapo", "math_verify")
+from algorithms.registry import Registry
+
+# name -> grade(completions, golds, timeout_s, workers) -> list[GradeResult]; filled below
+SCORERS: Registry = Registry("scorer")
 STATUSES = ("ok", "no_answer", "timeout", "error")
 DEFAULT_TIMEOUT_S = 10.0
 # A fresh worker imports sympy and math-verify (~1-2 s); far more means something is broken.
@@ -52,11 +55,6 @@ class GradeResult:
     correct: bool
     extracted: str | None  # the normalized (dapo) or parsed (math_verify) answer
     status: str  # one of STATUSES
-
-
-def _check_scorer(scorer: str) -> None:
-    if scorer not in SCORERS:
-        raise ValueError(f"scorer={scorer!r} is not registered; choose one of {list(SCORERS)}")
 
 
 # --------------------------------------------------------------------------------------
@@ -276,15 +274,25 @@ def grade_many(
     "dapo" runs in-process (no pool; the trainer calls this on every rollout batch).
     "math_verify" runs in a shared pool of `workers` processes with `timeout_s` per item.
     """
-    _check_scorer(scorer)
+    grade_all = SCORERS.get(scorer)
     if len(completions) != len(golds):
         raise ValueError(f"{len(completions)} completions but {len(golds)} golds")
     for name, values in (("completion", completions), ("gold", golds)):
         for i, value in enumerate(values):
             if not isinstance(value, str):
                 raise TypeError(f"{name} {i} is {type(value).__name__}, expected str")
-    if scorer == "dapo":
-        return [_grade_dapo(c, g) for c, g in zip(completions, golds)]
+    return grade_all(completions, golds, timeout_s, workers)
+
+
+@SCORERS.register("dapo")
+def _grade_dapo_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
+    """In-process, no pool and no time limit: the trainer calls it on every rollout batch."""
+    return [_grade_dapo(c, g) for c, g in zip(completions, golds)]
+
+
+@SCORERS.register("math_verify")
+def _grade_math_verify_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
+    """In the shared pool of `workers` processes, `timeout_s` per item."""
     if timeout_s <= 0:
         raise ValueError(f"timeout_s={timeout_s} must be > 0")
     if not completions:

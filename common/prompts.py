@@ -9,26 +9,22 @@ raw otherwise, so the same text reaches hub models and the tiny local model.
 
 from __future__ import annotations
 
-TEMPLATES: dict[str, str] = {
-    "dapo": (
-        "Solve the following math problem step by step. The last line of your response "
-        "should be of the form Answer: $Answer (without quotes) where $Answer is the answer "
-        "to the problem.\n\n{problem}\n\n"
-        'Remember to put your answer on its own line after "Answer:".'
-    ),
-    "boxed": "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
-}
+from algorithms.registry import Registry
+
+TEMPLATES: Registry[str] = Registry("template")
+TEMPLATES.register("dapo", (
+    "Solve the following math problem step by step. The last line of your response "
+    "should be of the form Answer: $Answer (without quotes) where $Answer is the answer "
+    "to the problem.\n\n{problem}\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+))
+TEMPLATES.register(
+    "boxed", "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.")
 
 
 def render(problem: str, template: str) -> str:
     """The user message for `problem` under `template` (no chat formatting)."""
-    try:
-        text = TEMPLATES[template]
-    except KeyError:
-        raise ValueError(
-            f"template={template!r} is not registered; choose one of {sorted(TEMPLATES)}"
-        ) from None
-    return text.format(problem=problem)
+    return TEMPLATES.get(template).format(problem=problem)
 
 
 def build_prompt(problem: str, template: str, tokenizer=None) -> str:

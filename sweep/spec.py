@@ -27,8 +27,8 @@ from trainer.tiny import TinyConfig
 # The eval job's defaults and names come from evaluation's own config and registries.
 _EVAL = EvalConfig.model_fields
 _CLIP = ClipConfig.model_fields
-ScorerName = Literal[SCORERS]
-TemplateName = Literal[tuple(TEMPLATES)]
+ScorerName = SCORERS.Name
+TemplateName = TEMPLATES.Name
 BackendName = Literal[tuple(ENGINES)]
 
 

@@ -100,6 +100,9 @@ def _type_text(annotation) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is type(None):
         return "`null`"
+    if origin is typing.Annotated:  # a Registry.Name: the names registered now
+        names = _registry_names(annotation.__metadata__)
+        return " | ".join(f"`{n}`" for n in names) if names is not None else _type_text(args[0])
     if origin is typing.Literal:
         return " | ".join(f"`{v}`" for v in args)
     if _is_union(annotation):
@@ -130,6 +133,15 @@ def _registries() -> dict[tuple[str, str], dict]:
             ("MethodConfig", "advantage"): ADVANTAGE_ESTIMATORS}
 
 
+def _registry_names(metadata) -> list[str] | None:
+    """The names of the Registry behind a Registry.Name's metadata (None: not one)."""
+    for meta in metadata:
+        registry = getattr(meta, "registry", None)
+        if registry is not None:
+            return registry.names()
+    return None
+
+
 def _allowed(field, registry: dict | None = None) -> str:
     """Allowed values: the type (Literal choices spelled out) and any numeric bounds; for a
     string checked against a registry, the names registered now."""
@@ -144,7 +156,9 @@ def _allowed(field, registry: dict | None = None) -> str:
             value = getattr(meta, attr, None)
             if value is not None:
                 bounds.append(f"{sign} {value}")
-    text = _type_text(field.annotation)
+    names = _registry_names(field.metadata)
+    text = (" | ".join(f"`{n}`" for n in names) if names is not None
+            else _type_text(field.annotation))
     return text + (" (" + ", ".join(bounds) + ")" if bounds else "")
 
 

@@ -27,8 +27,8 @@ from common.prompts import TEMPLATES
 from trainer.optimizers import check_optimizer
 
 # Names come from the registries that own them; these types only spell them for pydantic.
-TemplateName = Literal[tuple(TEMPLATES)]
-ScorerName = Literal[SCORERS]
+TemplateName = TEMPLATES.Name
+ScorerName = SCORERS.Name
 EngineName = Literal[tuple(ENGINES)]
 
 

@@ -25,7 +25,7 @@ def test_defaults_resolve_label_tags_and_mlflow_uri(tmp_path):
         ({"bogus": 1}, "bogus: Extra inputs"),
         ({"optim": {"lr": -1}}, "optim.lr"),
         ({"rollout": {"engine": "sglang"}}, "rollout.engine"),
-        ({"method": {"name": "PPO-XYZ"}}, "method.name: method 'PPO-XYZ' is not registered"),
+        ({"method": {"name": "PPO-XYZ"}}, "method.name: method='PPO-XYZ' is not registered"),
         ({"method": {"loss": {"beta": -0.1}}}, "method.loss.beta"),
         ({"method": {"loss": {"not_a_field": 1}}}, "method.loss.not_a_field"),
         ({"method": {"reference": {"schedule": "sometimes"}}}, "method.reference.schedule"),
