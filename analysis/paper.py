@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.delta import VERDICT_SCORER
 from analysis.metrics import metric_meta
 from analysis.tables import (
     benchmark_display,
@@ -173,7 +174,7 @@ def paper_vs_ours(
     runs: pd.DataFrame,
     ref: pd.DataFrame,
     setting: dict[str, str],
-    scorer: str = "dapo",
+    scorer: str = VERDICT_SCORER,
 ) -> PaperComparison:
     """Join our Last/Best (scorer `scorer`, the paper's) with the paper's on method+benchmark.
 

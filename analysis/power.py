@@ -36,7 +36,9 @@ import numpy as np
 from scipy import stats as _scipy_stats
 
 from analysis.collect import collect, problem_scores
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER
 from analysis.stats import LEVEL
+from common.layout import SweepDir
 
 POWER = 0.8
 CAPS = {"seeds": 1000, "samples": 4096, "problems": 100_000}  # search limits of --delta
@@ -156,8 +158,8 @@ class PowerRow:
         return coverage(self.components, self.design)
 
 
-def sweep_power(sweep_dir: str | Path, scorer: str = "dapo", baseline: str = "DAPO"
-                ) -> list[PowerRow]:
+def sweep_power(sweep_dir: str | Path, scorer: str = VERDICT_SCORER,
+                baseline: str = BASELINE_METHOD) -> list[PowerRow]:
     """One row per (benchmark, method) paired with the baseline at each run's Last step,
     over the seeds and problems both sides evaluated."""
     col = collect(sweep_dir)
@@ -235,10 +237,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sweep-dir", required=True, help="results/<sweep> (holds runs/)")
     p.add_argument("--delta", type=float, default=None,
                    help="target difference in points: the seeds/samples/problems it needs")
-    p.add_argument("--scorer", default="dapo", help="scorer whose records are read")
-    p.add_argument("--baseline", default="DAPO", help="label every method is paired with")
+    p.add_argument("--scorer", default=VERDICT_SCORER, help="scorer whose records are read")
+    p.add_argument("--baseline", default=BASELINE_METHOD, help="label every method is paired with")
     args = p.parse_args(argv)
-    if not (Path(args.sweep_dir) / "runs").is_dir():
+    if not SweepDir(args.sweep_dir).runs.is_dir():
         print(f"error: --sweep-dir {args.sweep_dir}: no runs/ folder inside (expected "
               "results/<sweep>)", file=sys.stderr)
         return 2
