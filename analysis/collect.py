@@ -31,7 +31,8 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from common.layout import INITIAL_DIR, RunDir
+from common.files import read_jsonl
+from common.layout import RunDir, SweepDir
 from eval.kl import KEYS as KL_KEYS
 
 # ---------------------------------------------------------------------------------------
@@ -116,20 +117,20 @@ def _read_metrics(path: Path, warn: _Warner) -> list[dict]:
     if not path.is_file():
         warn(f"run {path.parent.name}: {path} is missing (no training metrics)")
         return []
-    lines = path.read_text(errors="replace").splitlines()
+
+    def dropped(lineno: int, n_lines: int, _line: str) -> None:
+        why = " (the last line, cut short by a crash?)" if lineno == n_lines else ""
+        warn(f"{path}: dropped line {lineno}{why}: not a JSON object with an integer 'step'")
+
     by_step: dict[int, dict] = {}
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for row in read_jsonl(path, dropped, require="step"):
         try:
-            row = json.loads(line)
             step = int(row["step"])
-        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
-            why = " (the last line, cut short by a crash?)" if lineno == len(lines) else ""
-            warn(f"{path}: dropped line {lineno}{why}: not a JSON object with an integer 'step'")
+        except (TypeError, ValueError):
+            warn(f"{path}: dropped a line whose 'step'={row['step']!r} is not an integer")
             continue
         if step in by_step:
-            warn(f"{path}: step {step} logged twice (resumed run?); keeping line {lineno}")
+            warn(f"{path}: step {step} logged twice (resumed run?); keeping the later line")
         by_step[step] = {**row, "step": step}
     return [by_step[s] for s in sorted(by_step)]
 
@@ -184,17 +185,17 @@ def collect(sweep_dir: str | Path, *, progress: bool = False) -> Collection:
     """Read every run under `sweep_dir/runs/` (see module docstring); never raises on a
     damaged run, only on a sweep directory without a `runs/` folder."""
     sweep_dir = Path(sweep_dir)
-    runs_root = sweep_dir / "runs"
+    runs_root = SweepDir(sweep_dir).runs
     if not runs_root.is_dir():
         raise FileNotFoundError(
             f"{runs_root} does not exist; --sweep-dir must be results/<sweep> holding runs/"
         )
     warn = _Warner()
     run_rows, train_rows, eval_rows = [], [], []
-    run_dirs = sorted(d for d in runs_root.iterdir() if d.is_dir())
     seen: dict[str, Path] = {}
-    for run_dir in tqdm(run_dirs, desc="collect runs", disable=not progress):
-        identity = _read_config(run_dir / "config.yaml", warn)
+    for run in tqdm(SweepDir(sweep_dir).run_dirs(), desc="collect runs", disable=not progress):
+        run_dir = run.root
+        identity = _read_config(run.config, warn)
         if identity is None:
             continue
         if identity["run_id"] in seen:
@@ -204,7 +205,7 @@ def collect(sweep_dir: str | Path, *, progress: bool = False) -> Collection:
             )
             continue
         seen[identity["run_id"]] = run_dir
-        metrics = _read_metrics(run_dir / "metrics.jsonl", warn)
+        metrics = _read_metrics(run.metrics, warn)
         evals = _read_evals(run_dir, warn)
         train_rows += [{**identity, **row} for row in metrics]
         eval_rows += [{**identity, **row} for row in evals]
@@ -213,7 +214,7 @@ def collect(sweep_dir: str | Path, *, progress: bool = False) -> Collection:
             {
                 **identity,
                 "run_dir": str(run_dir),
-                "done": (run_dir / "DONE").exists(),
+                "done": run.done.exists(),
                 "train_steps": len(metrics),
                 "last_step": metrics[-1]["step"] if metrics else None,
                 "eval_steps": eval_steps,
@@ -235,7 +236,7 @@ def collect_initial(sweep_dir: str | Path) -> pd.DataFrame:
     """Evaluation rows (step 0) of the sweep's initial model, from
     `<sweep_dir>/initial/eval/step_0/<bench>.json`; empty when it was not evaluated."""
     warn = _Warner()
-    rows = _read_evals(Path(sweep_dir) / INITIAL_DIR, warn)
+    rows = _read_evals(SweepDir(sweep_dir).initial.root, warn)
     return _frame(rows, ["step", "benchmark", "scorer"])
 
 
@@ -255,23 +256,18 @@ def problem_scores(run_dir: str | Path, step: int, benchmark: str) -> dict[str, 
     if not path.is_file():
         return {}
     hits: dict[str, dict[str, list[int]]] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                pid = str(record["problem_id"])
-                scorers = record["scorers"]
-                for scorer, grade in scorers.items():
-                    counts = hits.setdefault(scorer, {}).setdefault(pid, [0, 0])
-                    counts[0] += bool(grade["correct"])
-                    counts[1] += 1
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-                raise ValueError(
-                    f"{path} line {lineno}: not a per-sample record with problem_id and "
-                    f"scorers.<name>.correct ({type(exc).__name__}: {exc}); re-run its evaluation"
-                ) from exc
+    for number, record in enumerate(read_jsonl(path, require="problem_id"), start=1):
+        try:
+            pid = str(record["problem_id"])
+            for scorer, grade in record["scorers"].items():
+                counts = hits.setdefault(scorer, {}).setdefault(pid, [0, 0])
+                counts[0] += bool(grade["correct"])
+                counts[1] += 1
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(
+                f"{path} record {number}: not a per-sample record with problem_id and "
+                f"scorers.<name>.correct ({type(exc).__name__}: {exc}); re-run its evaluation"
+            ) from exc
     return {
         scorer: {pid: c / n for pid, (c, n) in by_problem.items()}
         for scorer, by_problem in hits.items()

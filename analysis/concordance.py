@@ -34,11 +34,11 @@ from pathlib import Path
 import yaml
 
 from common.files import write_atomic
+from common.layout import SweepDir
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 OURS = "math_verify"
 THEIRS = "lighteval_math_verify"
-CROSSCHECK_DIR = Path("crosscheck")
 
 
 def noise_halfwidth(m1: float, n1: int, m2: float, n2: int, problems: int,
@@ -99,7 +99,7 @@ def compare(ours: dict, theirs: dict, method: str, run_id: str) -> Row:
 
 
 def _method(sweep_dir: Path, run_id: str) -> str:
-    config = sweep_dir / "runs" / run_id / "config.yaml"
+    config = SweepDir(sweep_dir).run(run_id).config
     if config.is_file():
         return str((yaml.safe_load(config.read_text()) or {}).get("label") or run_id)
     return run_id
@@ -107,21 +107,17 @@ def _method(sweep_dir: Path, run_id: str) -> str:
 
 def collect_rows(sweep_dir: str | Path) -> list[Row]:
     """Every lighteval summary of the sweep beside our summary of the same checkpoint."""
-    sweep_dir = Path(sweep_dir)
+    sweep = SweepDir(sweep_dir)
     rows = []
-    root = sweep_dir / CROSSCHECK_DIR / "lighteval"
-    for theirs_path in sorted(root.glob("*/step_*/*.json")):
-        if theirs_path.name.endswith(".results.json"):
-            continue  # lighteval's own file; the converted summary sits beside it
-        run_id, step_dir = theirs_path.parent.parent.name, theirs_path.parent.name
-        ours_path = sweep_dir / "runs" / run_id / "eval" / step_dir / theirs_path.name
+    for run_id, step, bench, theirs_path in sweep.crosscheck.summaries():
+        ours_path = sweep.run(run_id).eval_summary(step, bench)
         if not ours_path.is_file():
             raise FileNotFoundError(f"{theirs_path} has no counterpart {ours_path}; run rule "
                                     "evaluate for it (the workflow does)")
         ours, theirs = (json.loads(p.read_text()) for p in (ours_path, theirs_path))
         if OURS not in ours["scorers"]:
             raise ValueError(f"{ours_path}: no {OURS} scorer; add it to eval.scorers")
-        rows.append(compare(ours, theirs, _method(sweep_dir, run_id), run_id))
+        rows.append(compare(ours, theirs, _method(sweep.root, run_id), run_id))
     return sorted(rows, key=lambda r: (r.benchmark, r.method, r.run_id, r.step))
 
 
@@ -184,13 +180,12 @@ def write(sweep_dir: str | Path) -> list[Row]:
     """Write <sweep>/crosscheck/concordance.{csv,md}; returns the rows."""
     import pandas as pd
 
-    sweep_dir = Path(sweep_dir)
     rows = collect_rows(sweep_dir)
-    out = sweep_dir / CROSSCHECK_DIR
+    out = SweepDir(sweep_dir).crosscheck
     frame = pd.DataFrame([{**asdict(r), "agrees": r.agrees} for r in rows])
-    write_atomic(out / "concordance.csv", frame.to_csv(index=False))
+    write_atomic(out.concordance_csv, frame.to_csv(index=False))
     text = "# Concordance with lighteval\n\n" + "\n".join(headline(rows)) + "\n"
-    write_atomic(out / "concordance.md", text + render_markdown(rows))
+    write_atomic(out.concordance_md, text + render_markdown(rows))
     return rows
 
 
@@ -204,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not rows:
-        print(f"error: no lighteval summaries under {Path(args.sweep_dir) / CROSSCHECK_DIR}",
+        print(f"error: no lighteval summaries under {SweepDir(args.sweep_dir).crosscheck.lighteval}",
               file=sys.stderr)
         return 2
     print("\n".join(headline(rows)))

@@ -53,6 +53,7 @@ from analysis.tables import (
 )
 from analysis.verdict import verdict_paragraph
 from common.files import write_atomic
+from common.layout import SweepDir
 
 REFERENCE_RELPATH = Path("results/reference/reported_results.csv")
 RUN_SUMMARY_METRICS = ("time_step", "nonfinite_skips", "ref_updates")
@@ -96,7 +97,7 @@ def check_options(
 ) -> ReportOptions:
     """Validate every input before any collection or writing; errors name the flag."""
     sweep_dir = Path(sweep_dir)
-    if not (sweep_dir / "runs").is_dir():
+    if not SweepDir(sweep_dir).runs.is_dir():
         raise FileNotFoundError(
             f"--sweep-dir {sweep_dir}: no runs/ folder inside (expected results/<sweep>)"
         )
@@ -375,16 +376,16 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     """Collect the sweep, write tables and plots, then `report.md`; returns its path."""
     out = opts.out_dir
     col = collect(opts.sweep_dir, progress=progress)
-    tables_dir = out / "tables"
+    tables_dir, plots_dir = SweepDir(out).tables, SweepDir(out).plots
     write_tidy(col, tables_dir)
     run_dirs = dict(zip(col.runs["run_id"], col.runs["run_dir"])) if not col.runs.empty else {}
     tables = last_best_tables(col.eval, run_dirs=run_dirs, delta=opts.delta)
     table_files = write_last_best_tables(tables, tables_dir)
     initial = collect_initial(opts.sweep_dir)
-    plot_files = write_plots(col.train, col.eval, out / "plots", smooth=opts.smooth,
+    plot_files = write_plots(col.train, col.eval, plots_dir, smooth=opts.smooth,
                              initial=initial)
     labels = set(col.train.get("label", [])) | set(col.eval.get("label", []))
-    frontier_files = write_frontier_plots(col.eval, out / "plots", method_colors(labels),
+    frontier_files = write_frontier_plots(col.eval, plots_dir, method_colors(labels),
                                           initial=initial)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
     md = [
@@ -405,7 +406,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
         *audit_section(opts.audit_dir, out),
         *figures_section(opts.figures_dir, out),
     ]
-    report = out / "report.md"
+    report = SweepDir(out).report
     # atomic: report.md is the workflow's completion signal
     write_atomic(report, "\n".join(md).rstrip() + "\n")
     return report

@@ -9,6 +9,9 @@
         benchmarks/<kind>/...tsv               .benchmark(...): Snakemake's job timings
         mlflow.db, mlflow_parent_run_id        .mlflow_db, .parent_run_id
         audit/, paper/, report.md              .audit, .paper, .report
+        tables/, plots/                        .tables, .plots: the report's tables and plots
+        crosscheck/                            .crosscheck -> CrosscheckDir (eval.crosscheck)
+    <results_dir>/envs/<name>/               env_dir(results_dir, name): shared by sweeps
 
     runs/<run_id>/                           RunDir(root)
         config.yaml                            .config: the resolved run config
@@ -19,6 +22,11 @@
         eval/step_<N>/<bench>.json(l)          .eval_summary(N, b), .eval_samples(N, b)
         mlflow_run_id, mlflow_pending          .mlflow_run_id, .mlflow_pending
         DONE                                   .done: written last, the run is complete
+
+    crosscheck/                              CrosscheckDir(root)
+        benchmarks/<bench>/<bench>.jsonl       .benchmark(b): the problems lighteval reads
+        lighteval/<run_id>/step_<N>/<bench>.json   .summary(run, N, b) (.results(...): its own)
+        concordance.md, concordance.csv        .concordance_md, .concordance_csv
 
 A checkpoint is complete exactly when `checkpoint(N)` exists: it is written under
 `checkpoint_tmp(N)` and renamed. Every function takes `int | str` for steps and ids, so the
@@ -70,6 +78,11 @@ class _Dir:
 @dataclass(frozen=True)
 class RunDir(_Dir):
     """The directory of one training run (or of the initial model's evaluations)."""
+
+    @property
+    def sweep(self) -> SweepDir:
+        """The sweep this run belongs to: `<sweep>/runs/<run_id>` (absolute)."""
+        return SweepDir(self.root.resolve().parent.parent)
 
     @property
     def config(self) -> Path:
@@ -197,3 +210,60 @@ class SweepDir(_Dir):
     @property
     def report(self) -> Path:
         return self.root / "report.md"
+
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    @property
+    def crosscheck(self) -> CrosscheckDir:
+        return CrosscheckDir(self.root / "crosscheck")
+
+
+@dataclass(frozen=True)
+class CrosscheckDir(_Dir):
+    """The cross-check stage's files: lighteval's inputs and outputs and the concordance."""
+
+    def benchmark(self, bench: str) -> Path:
+        return self.root / "benchmarks" / bench / f"{bench}.jsonl"
+
+    @property
+    def lighteval(self) -> Path:
+        return self.root / "lighteval"
+
+    def step_dir(self, run_id: str, step: int | str) -> Path:
+        return self.lighteval / run_id / step_name(step)
+
+    def summary(self, run_id: str, step: int | str, bench: str) -> Path:
+        """lighteval's result converted to our summary format (`<bench>.json`)."""
+        return self.step_dir(run_id, step) / f"{bench}.json"
+
+    def results(self, run_id: str, step: int | str, bench: str) -> Path:
+        """lighteval's own results file, converted into `summary(...)`."""
+        return self.step_dir(run_id, step) / f"{bench}.results.json"
+
+    def summaries(self) -> list[tuple[str, int, str, Path]]:
+        """(run_id, step, bench, path) of every converted summary present, sorted by path."""
+        found = []
+        for path in sorted(self.lighteval.glob("*/step_*/*.json")):
+            step = parse_step(path.parent.name)
+            if step is not None and not path.name.endswith(".results.json"):
+                found.append((path.parent.parent.name, step, path.stem, path))
+        return found
+
+    @property
+    def concordance_md(self) -> Path:
+        return self.root / "concordance.md"
+
+    @property
+    def concordance_csv(self) -> Path:
+        return self.root / "concordance.csv"
+
+
+def env_dir(results_dir: str | Path, name: str) -> Path:
+    """`<results_dir>/envs/<name>`: an environment every sweep under results_dir shares."""
+    return Path(results_dir) / "envs" / name

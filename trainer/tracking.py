@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 from common.files import read_jsonl, read_run_id, read_yaml, write_atomic
-from common.layout import RunDir
+from common.layout import CONFIG, RunDir
 from common.tracking import (
     client,
     ensure_experiment,
@@ -105,8 +105,10 @@ def open_run(mlflow_client, uri: str, experiment: str, out_dir: Path, *, run_nam
             all_tags["mlflow.parentRunId"] = parent_run_id
         run_id = mlflow_client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
         write_atomic(run_file, run_id + "\n")
-        mlflow_client.log_batch(run_id, params=[Param(k, v) for k, v in _flatten(params).items()])
-        mlflow_client.log_text(run_id, config_yaml, "config.yaml")
+        flat = [Param(k, v) for k, v in _flatten(params).items()]
+        for i in range(0, len(flat), 100):  # MLflow's per-call param cap
+            mlflow_client.log_batch(run_id, params=flat[i : i + 100])
+        mlflow_client.log_text(run_id, config_yaml, CONFIG)
     mlflow_client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     return run_id
 

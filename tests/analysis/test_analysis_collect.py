@@ -123,5 +123,5 @@ def test_problem_scores_read_the_per_sample_records(tmp_path):
     assert problem_scores(run, 6, "toy") == {}  # not evaluated at that step
     path = run / "eval" / "step_5" / "toy.jsonl"
     path.write_text(path.read_text() + '{"problem_id": "toy-9", "scorers": {"dapo": {}}}\n')
-    with pytest.raises(ValueError, match=r"toy.jsonl line 21: .*re-run its evaluation"):
+    with pytest.raises(ValueError, match=r"toy.jsonl record 21: .*re-run its evaluation"):
         problem_scores(run, 5, "toy")

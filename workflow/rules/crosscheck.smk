@@ -4,22 +4,24 @@
 # Without eval.crosscheck the lists below are empty and none of these rules is in the DAG.
 from snakemake.settings.types import DeploymentMethod
 
+from common.layout import env_dir
 from sweep.crosscheck import crosscheck_export_args, crosscheck_run_args
 
 CROSSCHECK_STEPS = SWEEP.eval.crosscheck_at if "lighteval" in SWEEP.eval.crosscheck else []
 LIGHTEVAL_BACKEND = SWEEP.eval.backend  # hf: transformers (CPU or GPU); vllm: GPU
 # One environment per backend for every sweep under results_dir, built once.
-LIGHTEVAL_ENV = f"{SWEEP.results_dir}/envs/lighteval-{LIGHTEVAL_BACKEND}"
+LIGHTEVAL_ENV = str(env_dir(SWEEP.results_dir, f"lighteval-{LIGHTEVAL_BACKEND}"))
 # With --software-deployment-method conda, Snakemake builds the env from the yaml instead.
 LIGHTEVAL_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 LIGHTEVAL_PYTHON = "python" if LIGHTEVAL_CONDA else f"{LIGHTEVAL_ENV}/bin/python"
+CC = LAYOUT.crosscheck
 CROSSCHECK = [
-    f"{OUT}/crosscheck/lighteval/{run_id}/step_{step}/{bench}.json"
+    str(CC.summary(run_id, step, bench))
     for run_id in RUN_IDS
     for step in CROSSCHECK_STEPS
     for bench in BENCHES
 ]
-CONCORDANCE = [f"{OUT}/crosscheck/concordance.md"] if CROSSCHECK else []
+CONCORDANCE = [str(CC.concordance_md)] if CROSSCHECK else []
 
 
 # lighteval_env is local: it needs a package index, which cluster nodes often cannot reach.
@@ -38,9 +40,9 @@ rule lighteval_env:
     conda:
         "../envs/harness.yaml"
     log:
-        f"{SWEEP.results_dir}/envs/lighteval-{LIGHTEVAL_BACKEND}.log",
+        f"{LIGHTEVAL_ENV}.log",
     benchmark:
-        f"{SWEEP.results_dir}/envs/lighteval-{LIGHTEVAL_BACKEND}.tsv"
+        f"{LIGHTEVAL_ENV}.tsv"
     shell:
         "python -m eval.lighteval_convert build-env --requirements {input.requirements}"
         " --out {output} > {log} 2>&1"
@@ -50,13 +52,13 @@ rule lighteval_env:
 # user message rendered by our template: what lighteval's task reads.
 rule crosscheck_benchmark:
     output:
-        f"{OUT}/crosscheck/benchmarks/{{bench}}/{{bench}}.jsonl",
+        str(CC.benchmark("{bench}")),
     params:
         args=lambda wc: crosscheck_export_args(SWEEP, wc.bench),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/crosscheck/benchmark_{{bench}}.log",
+        str(LAYOUT.log("crosscheck", "benchmark_{bench}")),
     shell:
         "python -m eval.lighteval_convert export {params.args} --out {output} > {log} 2>&1"
 
@@ -64,10 +66,10 @@ rule crosscheck_benchmark:
 rule lighteval:
     input:
         env=[] if LIGHTEVAL_CONDA else [LIGHTEVAL_ENV],
-        benchmark=f"{OUT}/crosscheck/benchmarks/{{bench}}/{{bench}}.jsonl",
-        done=f"{OUT}/runs/{{run_id}}/DONE",
+        benchmark=str(CC.benchmark("{bench}")),
+        done=str(RUN.done),
     output:
-        f"{OUT}/crosscheck/lighteval/{{run_id}}/step_{{step}}/{{bench}}.results.json",
+        str(CC.results("{run_id}", "{step}", "{bench}")),
     params:
         script=f"{workflow.basedir}/eval/lighteval/run.py",
         python=LIGHTEVAL_PYTHON,
@@ -75,9 +77,9 @@ rule lighteval:
     conda:
         f"../envs/lighteval-{LIGHTEVAL_BACKEND}.yaml"
     log:
-        f"{OUT}/logs/crosscheck/{{run_id}}/step_{{step}}_{{bench}}.log",
+        str(LAYOUT.log("crosscheck", "{run_id}", "step_{step}_{bench}")),
     benchmark:
-        f"{OUT}/benchmarks/crosscheck/{{run_id}}/step_{{step}}_{{bench}}.tsv"
+        str(LAYOUT.benchmark("crosscheck", "{run_id}", "step_{step}_{bench}"))
     threads: SWEEP.resources.evaluate.cpus
     resources:
         gpu=SWEEP.resources.evaluate.gpus,
@@ -91,16 +93,16 @@ rule lighteval:
 rule lighteval_summary:
     input:
         results=rules.lighteval.output[0],
-        benchmark=f"{OUT}/crosscheck/benchmarks/{{bench}}/{{bench}}.jsonl",
+        benchmark=str(CC.benchmark("{bench}")),
     output:
-        f"{OUT}/crosscheck/lighteval/{{run_id}}/step_{{step}}/{{bench}}.json",
+        str(CC.summary("{run_id}", "{step}", "{bench}")),
     params:
-        checkpoint=lambda wc: f"{OUT}/runs/{wc.run_id}/checkpoints/step_{wc.step}",
+        checkpoint=lambda wc: str(LAYOUT.run(wc.run_id).checkpoint(wc.step)),
         template=SWEEP.eval.template,
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/crosscheck/{{run_id}}/step_{{step}}_{{bench}}_summary.log",
+        str(LAYOUT.log("crosscheck", "{run_id}", "step_{step}_{bench}_summary")),
     shell:
         "python -m eval.lighteval_convert convert {input.results} --out {output}"
         " --benchmark {wildcards.bench} --step {wildcards.step} --benchmark-file {input.benchmark}"
@@ -110,21 +112,22 @@ rule lighteval_summary:
 rule concordance:
     input:
         ours=[
-            f"{OUT}/runs/{run_id}/eval/step_{step}/{bench}.json"
+            str(LAYOUT.run(run_id).eval_summary(step, bench))
             for run_id in RUN_IDS
             for step in CROSSCHECK_STEPS
             for bench in BENCHES
         ],
         lighteval=CROSSCHECK,
     output:
-        table=report(f"{OUT}/crosscheck/concordance.md", caption="../report/concordance.rst",
+        table=report(str(CC.concordance_md), caption="../report/concordance.rst",
                      category="Cross-check"),
-        csv=f"{OUT}/crosscheck/concordance.csv",
+        csv=str(CC.concordance_csv),
     params:
+        # derived from the output (Snakemake's lint): <sweep>/crosscheck/concordance.md
         sweep_dir=lambda wc, output: os.path.dirname(os.path.dirname(output.table)),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/crosscheck/concordance.log",
+        str(LAYOUT.log("crosscheck", "concordance")),
     shell:
         "python -m analysis.concordance --sweep-dir {params.sweep_dir} > {log} 2>&1"

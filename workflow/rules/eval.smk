@@ -14,20 +14,19 @@ if SWEEP.eval.group == "run":
 
     rule evaluate_run:
         input:
-            done=f"{OUT}/runs/{{run_id}}/DONE",
+            done=str(RUN.done),
         output:
-            summaries=[summary_for_report(f"{OUT}/runs/{{run_id}}/eval/step_{s}/{b}.json", b, s)
+            summaries=[summary_for_report(str(RUN.eval_summary(s, b)), b, s)
                        for s in STEPS for b in BENCHES],
-            samples=[f"{OUT}/runs/{{run_id}}/eval/step_{s}/{b}.jsonl"
-                     for s in STEPS for b in BENCHES],
+            samples=[str(RUN.eval_samples(s, b)) for s in STEPS for b in BENCHES],
         params:
             args=lambda wc: eval_args(SWEEP, wc.run_id, STEPS, BENCHES),
         conda:
             "../envs/harness.yaml"
         log:
-            f"{OUT}/logs/eval/{{run_id}}/all.log",
+            str(LAYOUT.log("eval", "{run_id}", "all")),
         benchmark:
-            f"{OUT}/benchmarks/eval/{{run_id}}/all.tsv"
+            str(LAYOUT.benchmark("eval", "{run_id}", "all"))
         threads: SWEEP.resources.evaluate.cpus
         resources:
             gpu=SWEEP.resources.evaluate.gpus,  # the SLURM plugin's name: --gpus=N
@@ -44,17 +43,17 @@ else:
             trained=lambda wc: str(LAYOUT.run(wc.run_id).segment(wc.step)
                                    if int(wc.step) in SEGMENTS else LAYOUT.run(wc.run_id).done),
         output:
-            summaries=[summary_for_report(f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.json",
-                                          b, "{step}") for b in BENCHES],
-            samples=[f"{OUT}/runs/{{run_id}}/eval/step_{{step}}/{b}.jsonl" for b in BENCHES],
+            summaries=[summary_for_report(str(RUN.eval_summary("{step}", b)), b, "{step}")
+                       for b in BENCHES],
+            samples=[str(RUN.eval_samples("{step}", b)) for b in BENCHES],
         params:
             args=lambda wc: eval_args(SWEEP, wc.run_id, [int(wc.step)], BENCHES),
         conda:
             "../envs/harness.yaml"
         log:
-            f"{OUT}/logs/eval/{{run_id}}/step_{{step}}.log",
+            str(LAYOUT.log("eval", "{run_id}", "step_{step}")),
         benchmark:
-            f"{OUT}/benchmarks/eval/{{run_id}}/step_{{step}}.tsv"
+            str(LAYOUT.benchmark("eval", "{run_id}", "step_{step}"))
         threads: SWEEP.resources.evaluate.cpus
         resources:
             gpu=SWEEP.resources.evaluate.gpus,  # the SLURM plugin's name: --gpus=N
@@ -68,17 +67,17 @@ rule evaluate_initial:
     input:
         model=[MODEL_DIR] if TINY else [],
     output:
-        summaries=[summary_for_report(f"{OUT}/initial/eval/step_0/{b}.json", b, 0,
+        summaries=[summary_for_report(str(LAYOUT.initial.eval_summary(0, b)), b, 0,
                                       run="initial model") for b in BENCHES],
-        samples=[f"{OUT}/initial/eval/step_0/{b}.jsonl" for b in BENCHES],
+        samples=[str(LAYOUT.initial.eval_samples(0, b)) for b in BENCHES],
     params:
         args=initial_eval_args(SWEEP, BENCHES),
     conda:
         "../envs/harness.yaml"
     log:
-        f"{OUT}/logs/eval/initial/step_0.log",
+        str(LAYOUT.log("eval", "initial", "step_0")),
     benchmark:
-        f"{OUT}/benchmarks/eval/initial/step_0.tsv"
+        str(LAYOUT.benchmark("eval", "initial", "step_0"))
     threads: SWEEP.resources.evaluate.cpus
     resources:
         gpu=SWEEP.resources.evaluate.gpus,

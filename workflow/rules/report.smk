@@ -64,10 +64,10 @@ rule report:
     output:
         md=report(REPORT, caption="../report/report_md.rst", category="Report"),
         # written by the same command beside report.md (analysis/report.py)
-        tables=report(directory(os.path.join(OUT, "tables")), caption="../report/tables.rst",
+        tables=report(directory(str(LAYOUT.tables)), caption="../report/tables.rst",
                       category="Tables", patterns=["{table}.{fmt}"],
                       labels={"table": "{table}", "format": "{fmt}"}),
-        plots=report(directory(os.path.join(OUT, "plots")), caption="../report/plots.rst",
+        plots=report(directory(str(LAYOUT.plots)), caption="../report/plots.rst",
                      category="Plots", patterns=["{plot}.{fmt}"],
                      labels={"plot": "{plot}", "format": "{fmt}"}),
     params:
