@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainer.config import check_model_path
+
 from .expand import Cell
 from .runconfig import TINY, run_config
 from .spec import SweepConfig, SweepError
@@ -15,8 +17,6 @@ from .spec import SweepConfig, SweepError
 def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
     """Raise SweepError on the first input that cannot work (paths are relative to the
     directory the workflow runs in)."""
-    from trainer.config import check_model_path
-
     for bench, path in sweep.eval.files.items():
         if not Path(path).is_file():
             raise SweepError(f"{source}: eval.files.{bench}: {path} does not exist; give an "

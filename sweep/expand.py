@@ -19,12 +19,15 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from algorithms import Method, get_method, with_overrides
+from algorithms import Method, get_method
+from algorithms.config import LossConfig
+from trainer.config import MethodConfig, resolve_method
 
-from .spec import Axes, ReferenceAxis, SweepConfig, SweepError
+from .spec import Axes, ReferenceAxis, SweepConfig, SweepError, merged
 
 RPG_ONLY = ("divergence", "form", "ratio_level")
 PENALTY_ONLY = ("estimator", "kl_placement", "kl_importance_weight")
@@ -127,23 +130,42 @@ def _display_name(name: str, resolved: Method, combo: dict) -> str:
     return f"RPG{'-REINFORCE' if loss.form == 'reinforce' else ''}-{loss.divergence.upper()}"
 
 
-def _apply(method: Method, combo: dict) -> Method:
+def _method_overrides(name: str, combo: dict) -> dict:
+    """The run config's `method` section that makes `name` the cell `combo`."""
     loss = {k: v for k, v in combo.items() if k in LOSS_AXES}
-    fields = {}
+    spec: dict = {"name": name, **({"loss": loss} if loss else {})}
     if "reference" in combo:
-        fields["reference"] = combo["reference"]["schedule"]
-    return with_overrides(method, loss=loss or None, **fields)
+        spec["reference"] = {"schedule": combo["reference"]["schedule"]}
+    return spec
+
+
+def _resolve(name: str, combo: dict, sweep: SweepConfig, source: str) -> Method:
+    """The cell's method, resolved once by the trainer's own `resolve_method` with the
+    sweep's `base` (its method overrides and rollout DAPO switches) under the cell's axes;
+    written into the run config as `method.resolved`. A combination the method rejects
+    raises ValidationError (rule 3 drops it); a bad `base.method` key is a SweepError."""
+    try:
+        spec = MethodConfig.model_validate(merged(sweep.base.get("method") or {},
+                                                  _method_overrides(name, combo)))
+    except ValidationError as exc:
+        reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SweepError(f"{source}: base.method: {reason}") from None
+    rollout = sweep.base.get("rollout") or {}
+    return resolve_method(spec, rollout.get("dynamic_sampling"), rollout.get("overlong_shaping"))
+
+
+def method_spec(cell: Cell) -> dict:
+    """How the run config names the cell's method: its registered name, the loss axes that
+    name does not spell (divergence and form it does) and the reference schedule."""
+    loss = {k: v for k, v in cell.axes.items()
+            if k in LOSS_AXES and k not in ("divergence", "form")}
+    return {"name": cell.base_method, **({"loss": loss} if loss else {}),
+            "reference": {"schedule": cell.method.reference, **(reference_settings(cell) or {})}}
 
 
 def _check_values(axes: dict[str, list], source: str) -> None:
     """Each loss-axis value must be valid on its own (LossConfig's field constraints, e.g.
     beta >= 0): a bad value is an error, not a dropped cell. Rule 3 drops only combinations."""
-    from typing import Annotated
-
-    from pydantic import TypeAdapter
-
-    from algorithms.config import LossConfig
-
     for name, values in axes.items():
         if name not in LossConfig.model_fields:
             continue
@@ -180,7 +202,7 @@ def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], li
         for values in itertools.product(*(applicable[a] for a in names)):
             combo = dict(zip(names, values))
             try:
-                resolved = _apply(method, combo)
+                resolved = _resolve(name, combo, sweep, source)
             except ValidationError as exc:
                 reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
                 notes.append(f"{name} {combo}: dropped ({reason})")

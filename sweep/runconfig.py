@@ -7,28 +7,19 @@ bad base key fails at DAG build time with the file and key, before any job start
 
 from __future__ import annotations
 
-import copy
 import shlex
 from pathlib import Path
 
 import yaml
-from snakemake.utils import update_config
 
 from common.files import write_atomic
 from common.layout import RunDir, SweepDir
-from trainer.config import RunConfig
+from trainer.config import RunConfig, parse_run_config
 
-from .expand import LOSS_AXES, Cell, reference_settings
-from .spec import SweepConfig, SweepError
+from .expand import Cell, method_spec
+from .spec import SweepConfig, SweepError, merged
 
 TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
-
-
-def merged(base: dict, over: dict) -> dict:
-    """`over` deep-merged into a copy of `base`, exactly as Snakemake merges config files."""
-    out = copy.deepcopy(base)
-    update_config(out, over)
-    return out
 
 
 def run_dir(sweep: SweepConfig, run_id: str) -> RunDir:
@@ -38,17 +29,14 @@ def run_dir(sweep: SweepConfig, run_id: str) -> RunDir:
 def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
     """The resolved, validated trainer config (a plain dict) for one cell; a bad key of the
     sweep's `base` is a one-line SweepError naming `source` and the key."""
-    from trainer.config import parse_run_config
-
     base = dict(sweep.base)
     model = dict(base.get("model", {}))
     if model.get("path", TINY) == TINY:
         model["path"] = str(SweepDir(sweep.out_dir).model)
-    # `cell.base_method` is always registered (a grid-renamed RPG cell takes the registered
-    # name of what it became); divergence and form are already spelled by that name.
-    loss = {k: v for k, v in cell.axes.items() if k in LOSS_AXES and k not in ("divergence", "form")}
-    method = {"name": cell.base_method, **({"loss": loss} if loss else {})}
-    method["reference"] = {"schedule": cell.method.reference, **(reference_settings(cell) or {})}
+    # The spec says how the cell was made; `resolved` is what the trainer runs (resolved
+    # once, by sweep.expand). `cell.base_method` is always registered (a grid-renamed RPG
+    # cell takes the registered name of what it became, which spells divergence and form).
+    method = {**method_spec(cell), "resolved": cell.method.model_dump(mode="json")}
     cell_part = {
         "run_id": cell.run_id,
         "label": cell.label,

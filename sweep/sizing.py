@@ -139,7 +139,7 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
 
 def load(paths: list[str]) -> dict:
     """The merged sweep file(s), overlays last (as `snakemake --configfile a b` merges)."""
-    from sweep.runconfig import merged
+    from sweep.spec import merged  # lazy: the sweep spec imports the evaluation's engines
 
     data: dict = {}
     for path in paths:

@@ -8,12 +8,14 @@ in `sweep.expand`.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from snakemake.utils import update_config
 
 from algorithms.config import ClipConfig, Divergence, Estimator, Form, ImportanceWeight, RatioLevel
 from algorithms.reference import REFERENCE_SCHEDULES, get_reference_schedule
@@ -21,6 +23,7 @@ from common.generation import ENGINES
 from common.grading import SCORERS
 from common.layout import SweepDir
 from common.prompts import TEMPLATES
+from eval.benchmarks import BENCHMARKS  # the one registry of benchmark names
 from eval.run import EvalConfig
 from trainer.tiny import TinyConfig
 
@@ -122,8 +125,6 @@ class EvalSpec(Strict):
     @field_validator("benchmarks")
     @classmethod
     def _registered(cls, v: list[str]) -> list[str]:
-        from eval.benchmarks import BENCHMARKS  # the one registry of benchmark names
-
         bad = [b for b in v if b not in BENCHMARKS]
         if bad:
             raise ValueError(f"{bad} not registered; choose from {sorted(BENCHMARKS)} "
@@ -254,6 +255,13 @@ class SweepConfig(Strict):
 
 class SweepError(ValueError):
     """A sweep config error; the message names the file and the key."""
+
+
+def merged(base: dict, over: dict) -> dict:
+    """`over` deep-merged into a copy of `base`, exactly as Snakemake merges config files."""
+    out = copy.deepcopy(base)
+    update_config(out, over)
+    return out
 
 
 def parse_sweep(data: dict, source: str = "<config>") -> SweepConfig:

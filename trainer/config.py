@@ -7,7 +7,10 @@ Every section rejects unknown keys. Defaults give the embedded tiny CPU run (the
 path must still be given, e.g. the output of `python -m trainer tiny`). `null` in the
 rollout/method sections means "the method's default" (e.g. dynamic sampling on for DAPO).
 Derived values (label, the "method" tag, the MLflow URI) are filled right after parsing,
-so the `config.yaml` saved in the run directory is fully resolved.
+so the `config.yaml` saved in the run directory is fully resolved. The method is resolved
+once: the sweep writes `method.resolved` into every run config and the trainer runs it; a
+config without it (hand-written, or from before that key existed) is resolved from
+`method.name` and its overrides when read, and the saved config then carries it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from algorithms import Method, get_method, get_reference_schedule, with_override
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
 from common.generation import ENGINES
 from common.grading import SCORERS
-from common.layout import SweepDir
+from common.layout import RunDir, SweepDir
 from common.prompts import TEMPLATES
 from trainer.optimizers import check_optimizer
 
@@ -46,8 +49,9 @@ class ModelConfig(_Section):
     compute_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="autocast dtype for forward passes; auto = bfloat16 on cuda"
     )
-    gradient_checkpointing: bool = False
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass (memory for time)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
     attn_implementation: str | None = Field(None, description="e.g. sdpa, flash_attention_2")
     reference_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="storage dtype of a held reference model (no optimizer, so no "
@@ -60,7 +64,8 @@ class ModelConfig(_Section):
 class TaskConfig(_Section):
     """Prompts and the verifiable reward."""
 
-    kind: Literal["toy", "math"] = "toy"
+    kind: Literal["toy", "math"] = Field(
+        "toy", description="toy: the built-in arithmetic task; math: a JSONL/parquet or hub data set")
     path: str | None = Field(
         None, description="math: local JSONL/parquet file or hub id (DAPO-Math-17k style)"
     )
@@ -86,9 +91,9 @@ class RolloutConfig(_Section):
     gen_prompts_per_round: int | None = Field(
         None, ge=1, description="prompts generated per dynamic-sampling round (null = "
         "prompts_per_step; the released recipe: 3 x the training batch)")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = off)")
+    max_new_tokens: int = Field(32, ge=1, description="response length cap (tokens)")
     dynamic_sampling: bool | None = Field(
         None, description="drop groups with no learning signal (see filter_metric) and refill")
     filter_metric: Literal["acc", "score"] = Field(
@@ -103,11 +108,13 @@ class RolloutConfig(_Section):
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
-    vllm_gpu_memory_utilization: float = Field(0.35, gt=0, le=1)
+    vllm_gpu_memory_utilization: float = Field(
+        0.35, gt=0, le=1, description="vllm engine: fraction of GPU memory it may take")
     vllm_sleep_level: Literal[1, 2] = Field(
         2, description="vLLM sleep level between rollouts: 2 discards the weights (re-pushed "
         "after each update; TRL and verl default), 1 copies them to host and back")
-    vllm_max_model_len: int | None = None
+    vllm_max_model_len: int | None = Field(
+        None, description="vllm engine: prompt + response token cap (null = the model's)")
 
 
 class ReferenceConfig(_Section):
@@ -119,7 +126,8 @@ class ReferenceConfig(_Section):
     k: int = Field(10, ge=1, description="every_k: optimizer steps between refreshes")
     kappa: float = Field(0.05, gt=0, description="kl_target: refresh when the KL average > kappa")
     kl_ema: float = Field(0.9, ge=0, lt=1, description="kl_target: moving-average factor")
-    kl_metric: Literal["kl_ref_k1", "kl_ref_k3"] = "kl_ref_k3"
+    kl_metric: Literal["kl_ref_k1", "kl_ref_k3"] = Field(
+        "kl_ref_k3", description="kl_target: the logged KL estimate it averages")
 
     @field_validator("schedule")
     @classmethod
@@ -139,7 +147,46 @@ class MethodConfig(_Section):
         default_factory=dict, description="LossConfig field overrides (full LossConfig if no name)"
     )
     advantage: str | None = Field(None, description="advantage estimator override")
-    reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
+    reference: ReferenceConfig = Field(default_factory=ReferenceConfig,
+                                       description="reference schedule and its settings")
+    resolved: Method | None = Field(
+        None, description="the method after overrides, as the sweep resolved it (written into "
+        "every run config); the trainer runs this one. Absent (a hand-written or older "
+        "config): resolved once from name and overrides when the config is read")
+
+
+def resolve_method(spec: MethodConfig, dynamic_sampling: bool | None = None,
+                   overlong_shaping: bool | None = None) -> Method:
+    """The one resolution of a method: the registered `spec.name` (or a custom loss) with the
+    spec's loss, advantage and reference overrides and the rollout's DAPO switches (None =
+    the method's own). The sweep calls it per grid cell; a run config without
+    `method.resolved` calls it once when read. Raises ValueError for an unregistered name,
+    pydantic's ValidationError for an override the method rejects."""
+    m = spec
+    if m.name is not None:
+        base = get_method(m.name)
+    else:
+        if not m.loss:
+            raise ValueError("method.name is null, so method.loss must give a full LossConfig")
+        # A custom loss defaults to the paper's clip and beta where it does not say.
+        base = Method(name="custom", loss={"objective": "rpg", "divergence": "urkl",
+                                           "clip": PAPER_CLIP, "beta": PAPER_BETA},
+                      advantage="group_mean")
+    loss = dict(m.loss)
+    if isinstance(loss.get("clip"), dict) and base.loss.clip is not None:
+        loss["clip"] = {**base.loss.clip.model_dump(), **loss["clip"]}
+    if m.name is None:
+        loss = {"objective": "rpg", **loss}
+    fields: dict[str, Any] = {}
+    if m.advantage is not None:
+        fields["advantage"] = m.advantage
+    if m.reference.schedule is not None:
+        fields["reference"] = m.reference.schedule
+    if dynamic_sampling is not None:
+        fields["dynamic_sampling"] = dynamic_sampling
+    if overlong_shaping is not None:
+        fields["overlong_shaping"] = overlong_shaping
+    return with_overrides(base, loss=loss or None, **fields)
 
 
 class OptimConfig(_Section):
@@ -154,8 +201,8 @@ class OptimConfig(_Section):
     warmup_rl_steps: int = Field(
         0, ge=0, description="linear LR warm-up, counted in RL steps (rollout batches), not "
         "optimizer updates: the scheduler steps once per RL step, as verl's does")
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2)")
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm (null = off)")
     epochs: int = Field(1, ge=1, description="K passes over each rollout batch")
     mini_batch_size: int | None = Field(
@@ -189,7 +236,8 @@ class CheckpointConfig(_Section):
     state_every_steps: int | None = Field(
         None, ge=1, description="also save the resume state every N steps"
     )
-    save_dtype: Literal["same", "float32", "bfloat16", "float16"] = "same"
+    save_dtype: Literal["same", "float32", "bfloat16", "float16"] = Field(
+        "same", description="dtype of the HF checkpoints' weights (same = model.dtype)")
     keep_state: bool = Field(False, description="keep state/ after the run is DONE")
     deadline_margin_s: float = Field(
         60.0, ge=0, description="with a job deadline (--deadline or SLURM_JOB_END_TIME): "
@@ -200,11 +248,12 @@ class TrackingConfig(_Section):
     """metrics.jsonl is always written; MLflow mirrors it."""
 
     mlflow_uri: str | None = Field(
-        "auto", description="auto = sqlite:///<out_dir>/../../mlflow.db; null = no MLflow"
-    )
-    experiment: str = "rpg-harness"
-    parent_run_id: str | None = None
-    progress: bool = True
+        "auto", description="auto = the sweep's sqlite database (common.layout: "
+        "<sweep>/mlflow.db for out_dir <sweep>/runs/<run_id>); null = no MLflow")
+    experiment: str = Field("rpg-harness", description="MLflow experiment name")
+    parent_run_id: str | None = Field(
+        None, description="MLflow run to nest under (the sweep's; --parent-run-id-file)")
+    progress: bool = Field(True, description="show a progress bar on stderr")
 
 
 class DebugConfig(_Section):
@@ -227,30 +276,31 @@ class DebugConfig(_Section):
 class RunConfig(_Section):
     """One training run. Saved resolved as `<out_dir>/config.yaml`."""
 
-    run_id: str = "tiny"
+    run_id: str = Field("tiny", description="stable id of the cell x seed (sweep.expand)")
     label: str = Field("", description="display name of the grid cell (default: method name)")
-    seed: int = 0
+    seed: int = Field(0, description="global seed (python, numpy, torch): sampling and data order")
     tags: dict[str, str] = Field(default_factory=dict, description="axis -> value (+ method)")
-    out_dir: str = "results/default/runs/tiny"
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    method: MethodConfig = Field(default_factory=MethodConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    debug: DebugConfig = Field(default_factory=DebugConfig)
+    out_dir: str = Field(str(SweepDir(Path("results") / "default").run("tiny")),
+                         description="the run directory (common.layout.RunDir): config, "
+                         "metrics, checkpoints, state, eval")
+    model: ModelConfig = Field(default_factory=ModelConfig, description=ModelConfig.__doc__.split("\n")[0])
+    task: TaskConfig = Field(default_factory=TaskConfig, description=TaskConfig.__doc__.split("\n")[0])
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description=RolloutConfig.__doc__.split("\n")[0])
+    method: MethodConfig = Field(default_factory=MethodConfig, description=MethodConfig.__doc__.split("\n")[0])
+    optim: OptimConfig = Field(default_factory=OptimConfig, description=OptimConfig.__doc__.split("\n")[0])
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description=CheckpointConfig.__doc__.split("\n")[0])
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description=TrackingConfig.__doc__.split("\n")[0])
+    debug: DebugConfig = Field(default_factory=DebugConfig, description=DebugConfig.__doc__.split("\n")[0])
 
     @model_validator(mode="after")
     def _resolve(self) -> RunConfig:
-        method = self.resolved_method()  # raises with the key on a bad method/override
+        method = self.method.resolved = self._resolve_method()  # raises naming the key
         if not self.label:
             self.label = self.method.name or "custom"
         if "method" not in self.tags:
             self.tags = {**self.tags, "method": method.name}
         if self.tracking.mlflow_uri == "auto":
-            # the run directory is <sweep>/runs/<run_id>: the sweep's database
-            db = SweepDir(Path(self.out_dir) / ".." / "..").mlflow_db.resolve()
+            db = RunDir(self.out_dir).sweep.mlflow_db.resolve()  # the sweep's database
             self.tracking.mlflow_uri = f"sqlite:///{db}"
         for s in self.checkpoint.eval_steps:
             if not 1 <= s <= self.optim.steps:
@@ -267,38 +317,32 @@ class RunConfig(_Section):
         return self
 
     def resolved_method(self) -> Method:
-        """The method after overrides (loss fields, advantage, reference schedule, DAPO bits)."""
-        m = self.method
-        if m.name is not None:
-            try:
-                base = get_method(m.name)
-            except ValueError as e:
-                raise ValueError(f"method.name: {e}") from None
-        else:
-            if not m.loss:
-                raise ValueError("method.name is null, so method.loss must give a full LossConfig")
-            # A custom loss defaults to the paper's clip and beta where it does not say.
-            base = Method(name="custom", loss={"objective": "rpg", "divergence": "urkl",
-                                               "clip": PAPER_CLIP, "beta": PAPER_BETA},
-                          advantage="group_mean")
-        loss = dict(m.loss)
-        if isinstance(loss.get("clip"), dict) and base.loss.clip is not None:
-            loss["clip"] = {**base.loss.clip.model_dump(), **loss["clip"]}
-        if m.name is None:
-            loss = {"objective": "rpg", **loss}
-        fields: dict[str, Any] = {}
-        if m.advantage is not None:
-            fields["advantage"] = m.advantage
-        if m.reference.schedule is not None:
-            fields["reference"] = m.reference.schedule
-        if self.rollout.dynamic_sampling is not None:
-            fields["dynamic_sampling"] = self.rollout.dynamic_sampling
-        if self.rollout.overlong_shaping is not None:
-            fields["overlong_shaping"] = self.rollout.overlong_shaping
+        """The method this run trains with: `method.resolved`, filled once at validation."""
+        assert self.method.resolved is not None, "set by RunConfig's validator"
+        return self.method.resolved
+
+    def _resolve_method(self) -> Method:
+        """`method.resolved` as given (the sweep's), checked against the keys that would
+        contradict it; else resolved now from name and overrides (`resolve_method`)."""
+        m, rollout = self.method, self.rollout
+        if m.resolved is not None:
+            if m.name is not None and m.name != m.resolved.name:
+                raise ValueError(f"method.name={m.name!r} but method.resolved.name="
+                                 f"{m.resolved.name!r}: method.resolved is what runs; delete "
+                                 "method.resolved to resolve method.name again")
+            for key in ("dynamic_sampling", "overlong_shaping"):
+                given = getattr(rollout, key)
+                if given is not None and given != getattr(m.resolved, key):
+                    raise ValueError(f"rollout.{key}={given} but method.resolved.{key}="
+                                     f"{getattr(m.resolved, key)}: method.resolved is what "
+                                     f"runs; set rollout.{key}: null or delete method.resolved")
+            return m.resolved
         try:
-            return with_overrides(base, loss=loss or None, **fields)
+            return resolve_method(m, rollout.dynamic_sampling, rollout.overlong_shaping)
         except ValidationError as e:
             raise ValueError(_format_errors(e, prefix="method.loss.")) from None
+        except ValueError as e:
+            raise ValueError(f"method.name: {e}" if m.name is not None else str(e)) from None
 
 
 def _format_errors(err: ValidationError, prefix: str = "") -> str:

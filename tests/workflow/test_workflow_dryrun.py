@@ -6,6 +6,7 @@ import pytest
 import yaml
 from workflow_helpers import REPO, run_snakemake
 
+import trainer.config as trainer_config
 from sweep import expand, parse_sweep
 from sweep.runconfig import merged, run_config
 from trainer.config import RunConfig
@@ -85,18 +86,19 @@ def test_dry_run_job_counts(files, tmp_path):
 
 
 @pytest.mark.parametrize("files", list(SHIPPED), ids=lambda f: "+".join(x.split("/")[-1] for x in f))
-def test_run_configs_resolve_to_the_cell(files):
-    """What the trainer will run (its own RunConfig) is exactly the cell's method."""
+def test_run_configs_carry_the_cells_method(files, monkeypatch):
+    """The sweep resolves each cell's method once and writes it into the run config; the
+    trainer's RunConfig runs that method and does not resolve it again."""
     data = {}
     for f in files:
         data = merged(data, yaml.safe_load((REPO / f).read_text()))
     sweep = parse_sweep(data, "+".join(files))
     cells, _ = expand(sweep)
-    for cell in cells:
-        method = RunConfig.model_validate(run_config(sweep, cell)).resolved_method()
-        assert method.loss == cell.method.loss, cell.run_id
-        assert (method.advantage, method.reference) == (cell.method.advantage,
-                                                       cell.method.reference), cell.run_id
+    configs = [run_config(sweep, cell) for cell in cells]
+    monkeypatch.setattr(trainer_config, "resolve_method", None)  # a second resolution fails
+    for cell, cfg in zip(cells, configs):
+        assert cfg["method"]["resolved"] == cell.method.model_dump(mode="json"), cell.run_id
+        assert RunConfig.model_validate(cfg).resolved_method() == cell.method, cell.run_id
 
 
 def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
