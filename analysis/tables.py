@@ -18,8 +18,9 @@ Per column the best displayed mean is bold and the second best underlined (dense
 the rounded, displayed numbers: everything tied at the top is bold, everything tied at the
 next distinct value is underlined; a column with fewer than two numbers gets no marks).
 
-Run: part of `python -m analysis report ...`; `write_last_best_tables(eval_df, out_dir, ...)`
-is the library entry point.
+Run: part of `python -m analysis report ...`. Library: `last_best_tables(eval_df, run_dirs=...,
+delta=...)` gives {scorer: tidy table}; `write_last_best_tables(tables, out_dir)` writes each
+as `last_best_<scorer>.{csv,md,tex}`.
 """
 
 from __future__ import annotations

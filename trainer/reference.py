@@ -72,17 +72,8 @@ class Reference:
         the weights sharded, beside these)."""
         return {"updates": self.updates, **self.schedule.state_dict()}
 
-    def state_dict(self) -> dict:
-        """Counters, and a CPU copy of the weights when `refreshed`."""
-        state = self.counters()
-        if self.refreshed:
-            state["weights"] = {k: v.detach().cpu().clone()
-                                for k, v in self.model.state_dict().items()}
-        return state
-
     def load_state_dict(self, state: dict) -> None:
-        """Counters back, and the weights when the state holds them."""
+        """The counters of `counters()` back; the held weights come from the sharded resume
+        state (`trainer.sharded_state`), never from here."""
         self.updates = state["updates"]
         self.schedule.load_state_dict(state)
-        if "weights" in state:
-            self.model.load_state_dict(state["weights"])
