@@ -455,6 +455,11 @@ def last_best_tables(
     }
 
 
+def table_stem(scorer: str, metric: str = "mean") -> str:
+    """The file name (without suffix) of a scorer's Last/Best table under `tables/`."""
+    return f"last_best_{scorer}" if metric == "mean" else f"last_best_{scorer}_{metric}"
+
+
 def write_last_best_tables(
     tables: dict[str, pd.DataFrame], out_dir: str | Path
 ) -> dict[str, dict[str, Path]]:
@@ -467,7 +472,7 @@ def write_last_best_tables(
     for scorer, tidy in tables.items():
         out_dir.mkdir(parents=True, exist_ok=True)
         metric = str(tidy["metric"].iloc[0])
-        stem = f"last_best_{scorer}" if metric == "mean" else f"last_best_{scorer}_{metric}"
+        stem = table_stem(scorer, metric)
         paths = {ext: out_dir / f"{stem}.{ext}" for ext in ("csv", "md", "tex")}
         tidy.to_csv(paths["csv"], index=False)
         paths["md"].write_text(render_markdown(tidy))

@@ -266,7 +266,82 @@ def gen_sizing() -> str:
     return table(rows, "h100", MEAN_RESPONSE).rstrip("\n") + "\n"
 
 
+# ---------------------------------------------------------------------------------------
+# Results of a named run: a committed snapshot of a finished sweep (docs/runs/<name>/)
+# ---------------------------------------------------------------------------------------
+
+SNAPSHOT_KEYS = ("commit", "cpu", "command", "wall_s", "aten_cpu_capability", "date")
+DEFAULT_SNAPSHOT = "docs/runs/default-host"  # README's numbers: the default on the host CPU
+
+
+class SourceMissing(Exception):
+    """A block's source is not in the repository: the block is kept and reported, never
+    passed as current."""
+
+
+def snapshot_meta(folder: Path) -> dict:
+    """`run.json` of a snapshot folder: where, how and how long the sweep ran."""
+    path = folder / "run.json"
+    if not path.is_file():
+        shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        raise SourceMissing(f"{shown} is missing: commit the finished sweep's snapshot "
+                            "(run.json, tables/, report.md; docs/reports.md)")
+    meta = json.loads(path.read_text())
+    missing = [k for k in SNAPSHOT_KEYS if k not in meta]
+    if missing:
+        raise SystemExit(f"{path}: lacks {missing}; it holds {list(SNAPSHOT_KEYS)}")
+    return meta
+
+
+def wall_time(seconds: float) -> str:
+    """1234.5 -> '20 min 35 s'."""
+    minutes, secs = divmod(round(float(seconds)), 60)
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def _report_part(report: str, scorer: str) -> tuple[str, str]:
+    """(the verdict paragraph, the initial model's table of `scorer`) of a report.md."""
+    verdict = next((line for line in report.splitlines() if line.startswith("**Verdict**")), "")
+    section = report.split(f"### Scorer `{scorer}`", 1)[-1].split("\n### ", 1)[0]
+    initial = re.search(r"^\| Model \|.*?(?=\n\n|\Z)", section, re.S | re.M)
+    return verdict, initial.group(0) + "\n" if initial else ""
+
+
+def snapshot_results(folder: Path, link: str, scorer: str | None = None) -> str:
+    """The named run's provenance sentence, its Last/Best table (verbatim from its
+    `tables/`), the initial model's row and the report's verdict, as README shows them."""
+    from analysis.delta import VERDICT_SCORER
+    from analysis.tables import table_stem
+    from common.layout import SweepDir
+
+    scorer = scorer or VERDICT_SCORER
+    meta = snapshot_meta(folder)
+    run = SweepDir(folder)
+    table_path = run.tables / f"{table_stem(scorer)}.md"
+    for path in (table_path, run.report):
+        if not path.is_file():
+            raise SystemExit(f"{path}: missing from the snapshot; copy the sweep's tables/ "
+                             "and report.md verbatim")
+    verdict, initial = _report_part(run.report.read_text(), scorer)
+    aten = meta["aten_cpu_capability"] or "unset (the CPU's best kernels)"
+    lines = [f"Measured: `{meta['command']}` at commit `{meta['commit']}` on {meta['date']}, "
+             f"{meta['cpu']}, ATEN_CPU_CAPABILITY {aten}: **{wall_time(meta['wall_s'])}** "
+             f"wall time. Its table, verbatim from [the run's report]({link}/report.md):",
+             "", table_path.read_text().rstrip("\n"), ""]
+    if initial:
+        lines += [initial]
+    if verdict:
+        lines += ["The report's first paragraph, computed from these numbers "
+                  "(`analysis/verdict.py`):", "", f"> {verdict}", ""]
+    return "\n".join(lines)
+
+
+def gen_default_results() -> str:
+    return snapshot_results(REPO / DEFAULT_SNAPSHOT, DEFAULT_SNAPSHOT)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "default-results": gen_default_results,
     "run-config": gen_run_config,
     "loss-config": gen_loss_config,
     "sweep-config": gen_sweep_config,
@@ -285,15 +360,22 @@ def pages(repo: Path = REPO) -> list[Path]:
     return sorted({p for pattern in PAGES for p in repo.glob(pattern)})
 
 
-def render(text: str, cache: dict[str, str], where: str) -> str:
-    """`text` with every generated block rewritten; an unknown block name is an error."""
+def render(text: str, cache: dict[str, str], where: str,
+           missing: dict[str, str] | None = None) -> str:
+    """`text` with every generated block rewritten; an unknown block name is an error. A
+    block whose source is missing (`SourceMissing`) keeps its text; `missing` gets why."""
     def replace(match: re.Match) -> str:
         name = match.group(2)
         if name not in GENERATORS:
             raise SystemExit(f"{where}: unknown generated block {name!r}; known: "
                              f"{sorted(GENERATORS)} (tools/gen_docs.py)")
         if name not in cache:
-            cache[name] = GENERATORS[name]()
+            try:
+                cache[name] = GENERATORS[name]()
+            except SourceMissing as exc:
+                cache[name] = match.group(3)
+                if missing is not None:
+                    missing[name] = str(exc)
         return match.group(1) + cache[name] + match.group(4)
 
     return BLOCK.sub(replace, text)
@@ -304,6 +386,8 @@ def stale_blocks(repo: Path = REPO, write: bool = False) -> list[str]:
 
     A generator whose block appears on no page is reported too, so deleting a marker pair
     cannot turn a generated table back into a pasted one unnoticed.
+    A block whose source is missing (a run snapshot not committed yet) is reported as
+    "not generated", with its text kept, so pasted numbers cannot pass as generated ones.
     """
     cache: dict[str, str] = {}
     stale, seen = [], set()
@@ -312,7 +396,9 @@ def stale_blocks(repo: Path = REPO, write: bool = False) -> list[str]:
         old = page.read_text()
         names = [m.group(2) for m in BLOCK.finditer(old)]
         seen.update(names)
-        new = render(old, cache, where)
+        missing: dict[str, str] = {}
+        new = render(old, cache, where, missing)
+        stale += [f"{where}: {n} (not generated: {why})" for n, why in missing.items()]
         if new != old:
             old_blocks = {m.group(2): m.group(3) for m in BLOCK.finditer(old)}
             stale += [f"{where}: {n}" for n in names if cache.get(n) != old_blocks[n]]
@@ -328,10 +414,15 @@ def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
                         help="only check; exit 1 naming each stale block")
     args = parser.parse_args(argv)
     stale = stale_blocks(repo, write=not args.check)
+    kept = [s for s in stale if "(not generated: " in s]
     missing = [s for s in stale if s.startswith("(no page)")]
+    for s in kept:
+        print(f"generated block kept as it was: {s}", file=sys.stderr)
     if args.check and stale:
         for s in stale:
-            print(f"stale generated block: {s}; run `python tools/gen_docs.py`", file=sys.stderr)
+            if s not in kept:
+                print(f"stale generated block: {s}; run `python tools/gen_docs.py`",
+                      file=sys.stderr)
         return 1
     if missing:
         for s in missing:
@@ -339,8 +430,9 @@ def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
                   file=sys.stderr)
         return 1
     for s in stale:
-        print(f"rewrote {s}")
-    return 0
+        if s not in kept:
+            print(f"rewrote {s}")
+    return 1 if kept else 0
 
 
 if __name__ == "__main__":

@@ -39,6 +39,11 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _summary(section: type[BaseModel]) -> str:
+    """A section's description: the first paragraph of its docstring, on one line."""
+    return " ".join((section.__doc__ or "").split("\n\n")[0].split())
+
+
 class ModelConfig(_Section):
     """The policy."""
 
@@ -148,7 +153,7 @@ class MethodConfig(_Section):
     )
     advantage: str | None = Field(None, description="advantage estimator override")
     reference: ReferenceConfig = Field(default_factory=ReferenceConfig,
-                                       description="reference schedule and its settings")
+                                       description="reference policy schedule (trainer.reference)")
     resolved: Method | None = Field(
         None, description="the method after overrides, as the sweep resolved it (written into "
         "every run config); the trainer runs this one. Absent (a hand-written or older "
@@ -283,14 +288,14 @@ class RunConfig(_Section):
     out_dir: str = Field(str(SweepDir(Path("results") / "default").run("tiny")),
                          description="the run directory (common.layout.RunDir): config, "
                          "metrics, checkpoints, state, eval")
-    model: ModelConfig = Field(default_factory=ModelConfig, description=ModelConfig.__doc__.split("\n")[0])
-    task: TaskConfig = Field(default_factory=TaskConfig, description=TaskConfig.__doc__.split("\n")[0])
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description=RolloutConfig.__doc__.split("\n")[0])
-    method: MethodConfig = Field(default_factory=MethodConfig, description=MethodConfig.__doc__.split("\n")[0])
-    optim: OptimConfig = Field(default_factory=OptimConfig, description=OptimConfig.__doc__.split("\n")[0])
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description=CheckpointConfig.__doc__.split("\n")[0])
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description=TrackingConfig.__doc__.split("\n")[0])
-    debug: DebugConfig = Field(default_factory=DebugConfig, description=DebugConfig.__doc__.split("\n")[0])
+    model: ModelConfig = Field(default_factory=ModelConfig, description=_summary(ModelConfig))
+    task: TaskConfig = Field(default_factory=TaskConfig, description=_summary(TaskConfig))
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description=_summary(RolloutConfig))
+    method: MethodConfig = Field(default_factory=MethodConfig, description=_summary(MethodConfig))
+    optim: OptimConfig = Field(default_factory=OptimConfig, description=_summary(OptimConfig))
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description=_summary(CheckpointConfig))
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description=_summary(TrackingConfig))
+    debug: DebugConfig = Field(default_factory=DebugConfig, description=_summary(DebugConfig))
 
     @model_validator(mode="after")
     def _resolve(self) -> RunConfig:

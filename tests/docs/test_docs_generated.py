@@ -99,3 +99,66 @@ def test_config_rows_come_from_fields_docstrings_and_nested_sections():
 def test_table_cells_escape_the_pipe():
     table = gen_docs.markdown_table(["a", "b"], [["KL(pi||ref)", "x"]], align="lr")
     assert table == "| a | b |\n| --- | ---: |\n| KL(pi\\|\\|ref) | x |\n"
+
+
+RUN_JSON = {"commit": "abc1234", "cpu": "AMD EPYC 7B13", "command": "snakemake -c all",
+            "wall_s": 870.4, "aten_cpu_capability": None, "date": "2026-12-02"}
+TABLE = "*Scorer dapo: a caption.*\n\n| Method | Toy Last |\n|---|---:|\n| DAPO | 32.02 ± 0.66 |\n"
+REPORT = ("# Report: default\n\n**Verdict** (computed from the tables below): DAPO leads.\n\n"
+          "### Scorer `dapo`\n\n" + TABLE + "\nThe model every run starts from:\n\n"
+          "| Model | Toy |\n|---|---|\n| Initial model (step 0) | 17.77 |\n\n"
+          "### Scorer `math_verify`\n\n| Model | Toy |\n|---|---|\n| Initial model (step 0) | 9.99 |\n")
+
+
+def snapshot(root: Path, run: dict | None = RUN_JSON) -> Path:
+    """A committed run snapshot as gen_docs reads it: run.json, tables/, report.md."""
+    import json
+
+    folder = root / gen_docs.DEFAULT_SNAPSHOT
+    (folder / "tables").mkdir(parents=True)
+    (folder / "tables" / "last_best_dapo.md").write_text(TABLE)
+    (folder / "report.md").write_text(REPORT)
+    if run is not None:
+        (folder / "run.json").write_text(json.dumps(run))
+    return folder
+
+
+def test_readme_results_are_generated_from_the_named_run(tmp_path, monkeypatch):
+    """The default's table (verbatim from the snapshot's tables/), its provenance sentence
+    (command, commit, CPU, kernels, wall time), the initial model's row and the verdict."""
+    snapshot(tmp_path)
+    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
+    (tmp_path / "README.md").write_text(
+        "# x\n\n<!-- generated:default-results -->\npasted 14 min 30 s\n"
+        "<!-- /generated:default-results -->\n")
+    assert "README.md: default-results" in gen_docs.stale_blocks(tmp_path, write=True)
+    text = (tmp_path / "README.md").read_text()
+    assert "pasted" not in text and TABLE in text
+    assert ("Measured: `snakemake -c all` at commit `abc1234` on 2026-12-02, AMD EPYC 7B13, "
+            "ATEN_CPU_CAPABILITY unset (the CPU's best kernels): **14 min 30 s** wall time"
+            ) in text
+    assert "| Initial model (step 0) | 17.77 |" in text and "9.99" not in text
+    assert "> **Verdict** (computed from the tables below): DAPO leads." in text
+    assert "[the run's report](docs/runs/default-host/report.md)" in text
+    assert "README.md: default-results" not in gen_docs.stale_blocks(tmp_path)
+
+
+def test_a_missing_snapshot_keeps_the_block_and_check_reports_it(tmp_path, monkeypatch, capsys):
+    snapshot(tmp_path, run=None)
+    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- generated:default-results -->\npasted\n"
+                      "<!-- /generated:default-results -->\n")
+    assert gen_docs.main([], repo=tmp_path) == 1  # rewriting cannot make it current
+    assert gen_docs.main(["--check"], repo=tmp_path) == 1
+    assert "pasted" in readme.read_text()
+    err = capsys.readouterr().err
+    assert ("README.md: default-results (not generated: docs/runs/default-host/run.json is "
+            "missing") in err
+
+
+def test_a_snapshot_without_a_provenance_key_is_refused(tmp_path, monkeypatch):
+    snapshot(tmp_path, run={k: v for k, v in RUN_JSON.items() if k != "cpu"})
+    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
+    with pytest.raises(SystemExit, match=r"run.json: lacks \['cpu'\]"):
+        gen_docs.gen_default_results()
