@@ -299,6 +299,13 @@ def wall_time(seconds: float) -> str:
     return f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
+def _load_note(meta: dict) -> str:
+    """A wall time measured on a shared machine is an upper bound: say so when run.json
+    records the load."""
+    return (" (an upper bound: the machine was shared with other work, load averages in "
+            "`run.json`)" if meta.get("load") else "")
+
+
 def _report_part(report: str, scorer: str) -> tuple[str, str]:
     """(the verdict paragraph, the initial model's table of `scorer`) of a report.md."""
     verdict = next((line for line in report.splitlines() if line.startswith("**Verdict**")), "")
@@ -326,7 +333,8 @@ def snapshot_results(folder: Path, link: str, scorer: str | None = None) -> str:
     aten = meta["aten_cpu_capability"] or "unset (the CPU's best kernels)"
     lines = [f"Measured: `{meta['command']}` at commit `{meta['commit']}` on {meta['date']}, "
              f"{meta['cpu']}, ATEN_CPU_CAPABILITY {aten}: **{wall_time(meta['wall_s'])}** "
-             f"wall time. Its table, verbatim from [the run's report]({link}/report.md):",
+             f"wall time{_load_note(meta)}. Its table, verbatim from "
+             f"[the run's report]({link}/report.md):",
              "", table_path.read_text().rstrip("\n"), ""]
     if initial:
         lines += [initial]
