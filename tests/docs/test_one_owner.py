@@ -42,8 +42,8 @@ def string_literals(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def path_literals(path: Path) -> list[str]:
-    return [f"{path.relative_to(REPO)}:{line}: {text!r}" for line, text in string_literals(path)
+def path_literals(path: Path, root: Path = REPO) -> list[str]:
+    return [f"{path.relative_to(root)}:{line}: {text!r}" for line, text in string_literals(path)
             if PATH_PIECE.search(text)]
 
 
@@ -53,19 +53,14 @@ def test_the_scan_sees_what_it_looks_for(tmp_path):
     rule.write_text('rule a:\n    """Writes <sweep>/runs/."""\n    output:\n'
                     '        f"{OUT}/runs/{{run_id}}/DONE",\n        str(RUN.done),\n'
                     '        "see runs/ for details",\n    log:\n        f"{OUT}/tables",\n')
-    assert [hit.split(": ", 1)[1] for hit in path_literals_at(rule, tmp_path)] == [
+    assert [hit.split(": ", 1)[1] for hit in path_literals(rule, tmp_path)] == [
         "'{OUT}/runs/{{run_id}}/DONE'", "'{OUT}/tables'"]
     py = tmp_path / "m.py"
     py.write_text('"""Reads <sweep>/runs/<id>/config.yaml."""\n'
                   'x = root / "runs"\ny = f"eval/{bench}/mean"\nz = run / "eval" / "step_1"\n'
                   'w = out / "report.md"\n')
-    assert [hit.split(": ", 1)[1] for hit in path_literals_at(py, tmp_path)] == [
+    assert [hit.split(": ", 1)[1] for hit in path_literals(py, tmp_path)] == [
         "'runs'", "'report.md'"]
-
-
-def path_literals_at(path: Path, root: Path) -> list[str]:
-    return [f"{path.relative_to(root)}:{line}: {text!r}" for line, text in string_literals(path)
-            if PATH_PIECE.search(text)]
 
 
 @pytest.mark.parametrize("path", CODE, ids=lambda p: str(p.relative_to(REPO)))
