@@ -38,6 +38,7 @@ import torch
 
 from .clipping import ClipRegions, clip_regions, clipped_pg_term
 from .config import AGGREGATIONS, DIVERGENCES, LossConfig
+from .correction import CorrectionConfig, correct
 from .kl import kl, kl_estimate, ukl
 from .objectives import get_objective, invalid, register_objective
 
@@ -324,6 +325,8 @@ def compute_policy_loss(
     *,
     norm_len: int | None = None,
     entropy: torch.Tensor | None = None,
+    mu_logp: torch.Tensor | None = None,
+    correction: CorrectionConfig | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar policy loss and detached metrics for one (mini-)batch.
 
@@ -332,6 +335,10 @@ def compute_policy_loss(
     policy, the paper's setting); advantages [B] or [B, T]; mask [B, T] (1 on response
     tokens). norm_len: constant divisor of "seq-mean-token-sum-norm" (max response length).
     entropy [B, T]: per-token entropy of pi (with grad), needed when cfg.entropy_coef > 0.
+    mu_logp [B, T]: the sampler's own log-probs (the engine's; None = old_logp) and
+    `correction` (None = mode none) correct for mu != pi_old (algorithms.correction): every
+    per-token term is multiplied by the mode's stop-gradient weight, and under `sampler`
+    every ratio is taken against mu (the reference, when None, stays pi_old).
 
     Metrics: LOSS_METRICS, as 0-dim tensors (no host sync).
     """
@@ -345,6 +352,14 @@ def compute_policy_loss(
         adv = adv[:, None]  # (B, 1) broadcasts over tokens
     maskf = mask.to(logp.dtype)
 
+    weight = None
+    if correction is not None and correction.mode != "none":  # none: today's loss, bit for bit
+        fix = correct(old_logp, old_logp if mu_logp is None else mu_logp, mask,
+                      correction.mode, correction.cap)
+        weight = fix.weight.to(logp.dtype)
+        if ref_logp is None and correction.mode == "sampler":
+            ref_logp = old_logp  # the reference is the trainer's pi_old, not the sampler
+        old_logp = fix.behaviour
     logw = logp - old_logp
     logq = torch.zeros_like(old_logp) if ref_logp is None else ref_logp - old_logp
 
@@ -383,6 +398,8 @@ def compute_policy_loss(
         terms = get_objective(cfg.objective).terms(cfg, logp, logw, logq, adv)
         pg, kl = terms.pg, terms.kl
         weight_mask = mask
+    if weight is not None:  # the correction: a stop-gradient factor on every term
+        pg, kl = pg * weight, kl * weight
 
     pg_loss = aggregate(pg, mask, cfg.agg, norm_len)
     kl_loss = aggregate(kl, mask, cfg.agg, norm_len)
