@@ -34,6 +34,9 @@ class Objective:
     default_form: the `form` a config gets when it does not say.
     exact_kl: the KL term is exact (kl_placement "exact" by default); otherwise the
         default placement is "loss" with an estimator and "none" without.
+    uses_behaviour: the gradient depends on the behaviour policy's log-probs (through
+        w = pi / mu): true of every objective today, so the trainer refuses rollout.top_p < 1,
+        whose truncated sampler the full-softmax log-probs do not describe.
     """
 
     name: str
@@ -41,6 +44,7 @@ class Objective:
     check: Callable[[LossConfig], None]
     default_form: str
     exact_kl: bool = False
+    uses_behaviour: bool = True
 
     def default_placement(self, estimator: str | None) -> str:
         if self.exact_kl:
@@ -52,11 +56,12 @@ OBJECTIVES: Registry[Objective] = Registry("objective")
 
 
 def register_objective(name: str, *, check: Callable[[LossConfig], None], default_form: str,
-                       exact_kl: bool = False) -> Callable:
+                       exact_kl: bool = False, uses_behaviour: bool = True) -> Callable:
     """Decorator: register the decorated terms function as objective `name`."""
 
     def decorate(terms: Callable) -> Callable:
-        OBJECTIVES.register(name, Objective(name, terms, check, default_form, exact_kl))
+        OBJECTIVES.register(name, Objective(name, terms, check, default_form, exact_kl,
+                                            uses_behaviour))
         return terms
 
     return decorate

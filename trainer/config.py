@@ -21,7 +21,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from algorithms import Method, get_method, get_reference_schedule, with_overrides
+from algorithms import (
+    CorrectionConfig,
+    Method,
+    get_method,
+    get_objective,
+    get_reference_schedule,
+    with_overrides,
+)
 from algorithms.methods import PAPER_BETA, PAPER_CLIP
 from common.generation import ENGINES
 from common.grading import SCORERS
@@ -97,7 +104,8 @@ class RolloutConfig(_Section):
         None, ge=1, description="prompts generated per dynamic-sampling round (null = "
         "prompts_per_step; the released recipe: 3 x the training batch)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = off)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = off); < 1 is "
+                         "refused: the full-softmax log-probs would misstate the sampler")
     max_new_tokens: int = Field(32, ge=1, description="response length cap (tokens)")
     dynamic_sampling: bool | None = Field(
         None, description="drop groups with no learning signal (see filter_metric) and refill")
@@ -120,6 +128,12 @@ class RolloutConfig(_Section):
         "after each update; TRL and verl default), 1 copies them to host and back")
     vllm_max_model_len: int | None = Field(
         None, description="vllm engine: prompt + response token cap (null = the model's)")
+    vllm_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
+        None, description="vllm engine: its weights' and kernels' dtype (null = the trainer's "
+        "forward dtype); bfloat16 under a float32 trainer is a real sampler mismatch on CPU")
+    correction: CorrectionConfig = Field(
+        default_factory=CorrectionConfig, description="off-policy correction for the sampler mu "
+        "(the engine's log-probs) differing from the trainer's pi_old (algorithms.correction)")
 
 
 class ReferenceConfig(_Section):
@@ -316,6 +330,13 @@ class RunConfig(_Section):
         if mini > batch:
             raise ValueError(f"optim.mini_batch_size={mini} exceeds the batch of "
                              f"rollout.n * rollout.prompts_per_step = {batch} sequences")
+        objective = get_objective(method.loss.objective)
+        if self.rollout.top_p < 1 and objective.uses_behaviour:
+            raise ValueError(
+                f"rollout.top_p={self.rollout.top_p}: the sampler then draws from the nucleus-"
+                "truncated distribution but the trainer's log-probs are full-softmax, so every "
+                f"importance weight of objective {objective.name!r} is against the wrong "
+                "behaviour policy; set rollout.top_p: 1 (eval.top_p is not affected)")
         if self.rollout.overlong_buffer >= self.rollout.max_new_tokens:
             raise ValueError(f"rollout.overlong_buffer={self.rollout.overlong_buffer} must be "
                              f"< rollout.max_new_tokens={self.rollout.max_new_tokens}")

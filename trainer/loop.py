@@ -31,7 +31,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from algorithms import LOSS_METRICS, compute_advantages, compute_policy_loss, kl_reward_penalty
+from algorithms import (
+    CORRECTION_METRICS,
+    LOSS_METRICS,
+    compute_advantages,
+    compute_policy_loss,
+    correct,
+    kl_reward_penalty,
+)
 from common.files import read_yaml, write_atomic
 from common.layout import RunDir
 from common.prompts import build_prompt, encode_prompts
@@ -50,7 +57,7 @@ from trainer.deadline import Deadline
 from trainer.logprobs import PackedBatch, PolicyLogProbs, balanced_share, micro_batches, pack
 from trainer.optimizers import build_optimizer, evaluation_weights
 from trainer.reference import Reference
-from trainer.rollout import logprob_gap, make_engine
+from trainer.rollout import logprob_gap, make_engine, sampler_logprobs
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
@@ -214,6 +221,17 @@ def gather_rounds(mine: Round, world: distributed.World) -> list[Round]:
             truncated=[bool(row[2]) for row in sc],
             logprobs=[lp if row[3] else None for lp, row in zip(lps, sc)]))
     return out
+
+
+@dataclass
+class Group:
+    """One kept group: a prompt and its n responses, with what the update needs of them."""
+
+    prompt_ids: list[int]
+    token_ids: list[list[int]]  # per response
+    rewards: list[float]
+    logprobs: list[list[float] | None]  # per response: the sampler's (mu), or None (hf)
+    truncated: list[bool]
 
 
 @dataclass
@@ -522,8 +540,7 @@ class Trainer:
         single-process order and makes the same refill decision."""
         r = self.cfg.rollout
         dynamic = self.method.dynamic_sampling
-        # per group: prompt ids, response ids, rewards, engine log-probs, truncated flags
-        kept: list[tuple] = []
+        kept: list[Group] = []
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
         # Without dynamic sampling one round is the whole batch: generating
@@ -552,8 +569,8 @@ class Trainer:
                                                   r.filter_metric):
                         dropped += 1
                         continue
-                    kept.append((prompt_ids, res.token_ids[group], group_rewards,
-                                 res.logprobs[group], res.truncated[group]))
+                    kept.append(Group(prompt_ids, res.token_ids[group], group_rewards,
+                                      res.logprobs[group], res.truncated[group]))
             if not dynamic or len(kept) >= r.prompts_per_step or gen_batches >= r.max_gen_batches:
                 break
         # One sleep per rollout, after its last round: vLLM stays awake between rounds. Only
@@ -570,14 +587,14 @@ class Trainer:
         if not kept:
             empty = torch.zeros(0)
             return Rollout(None, empty, empty.long(), stats)
-        prompts = [p for p, group, *_ in kept for _ in group]
-        responses = [ids for _, group, *_ in kept for ids in group]
+        prompts = [g.prompt_ids for g in kept for _ in g.token_ids]
+        responses = [ids for g in kept for ids in g.token_ids]
         batch = pack(prompts, responses, self.tokenizer.pad_token_id).to(self.device)
-        rewards = torch.tensor([x for _, _, g, *_ in kept for x in g], device=self.device)
+        rewards = torch.tensor([x for g in kept for x in g.rewards], device=self.device)
         group_ids = torch.arange(len(kept), device=self.device).repeat_interleave(self.cfg.rollout.n)
         return Rollout(batch, rewards, group_ids, stats,
-                       [lp for *_, group_lps, _ in kept for lp in group_lps],
-                       torch.tensor([t for *_, cut in kept for t in cut], device=self.device))
+                       [lp for g in kept for lp in g.logprobs],
+                       torch.tensor([t for g in kept for t in g.truncated], device=self.device))
 
     def _micro_batches(self, batch: PackedBatch, rows: torch.Tensor) -> list[torch.Tensor]:
         """This rank's micro-batches of `rows` (dealt to ranks by token count, so they finish
@@ -617,7 +634,8 @@ class Trainer:
         module.train(was_training)
         return distributed.all_sum(logp, self.world), distributed.all_sum(entropy, self.world)
 
-    def accumulate_gradients(self, batch: PackedBatch, rows, old_logp, ref_logp, advantages):
+    def accumulate_gradients(self, batch: PackedBatch, rows, old_logp, ref_logp, advantages,
+                             mu_logp):
         """Backward of one mini-batch `rows` (this rank's share of it), micro-batch by
         micro-batch, each loss weighted so that the gradients sum, over micro-batches and
         ranks, to those of the mini-batch's loss whatever the grouping. Returns the
@@ -635,7 +653,8 @@ class Trainer:
                 None if ref_logp is None else ref_logp[idx, :t],
                 advantages[idx] if advantages.dim() == 1 else advantages[idx, :t],
                 mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
-                entropy=ent if bonus else None,
+                entropy=ent if bonus else None, mu_logp=mu_logp[idx, :t],
+                correction=self.cfg.rollout.correction,
             )
             if not len(micro):
                 w = torch.zeros((), device=self.device)
@@ -693,8 +712,9 @@ class Trainer:
                 f"{self.last_checkpoint or 'none (no checkpoint saved yet)'}")
         return None
 
-    def update(self, batch: PackedBatch, old_logp, ref_logp, advantages) -> dict:
-        """K epochs of mini-batch AdamW steps; returns averaged loss metrics + grad norm."""
+    def update(self, batch: PackedBatch, old_logp, ref_logp, advantages, mu_logp) -> dict:
+        """K epochs of mini-batch AdamW steps; returns averaged loss metrics + grad norm.
+        mu_logp: the sampler's log-probs (old_logp itself with the hf engine)."""
         o = self.cfg.optim
         B = batch.input_ids.shape[0]
         mini = o.mini_batch_size or B
@@ -709,7 +729,7 @@ class Trainer:
             for start in range(0, B, mini):
                 self.optimizer.zero_grad(set_to_none=True)
                 total_loss, mini_sums = self.accumulate_gradients(
-                    batch, order[start : start + mini], old_logp, ref_logp, advantages)
+                    batch, order[start : start + mini], old_logp, ref_logp, advantages, mu_logp)
                 for k, v in mini_sums.items():
                     add_metric(sums, k, v)
                 n_mini += 1
@@ -735,7 +755,7 @@ class Trainer:
         t_rollout = time.perf_counter() - t0
         metrics: dict = {"step": self.global_step, **rollout.stats}
         tokens = metrics.pop("response_tokens")
-        learned: dict = dict.fromkeys((*LOSS_METRICS, "grad_norm", "entropy"))
+        learned: dict = dict.fromkeys((*LOSS_METRICS, *CORRECTION_METRICS, "grad_norm", "entropy"))
         times = {"time_logprob": 0.0, "time_update": 0.0}
         if rollout.batch is not None:
             learned, times = self._learn(rollout, metrics)
@@ -762,6 +782,11 @@ class Trainer:
         t_logprob = time.perf_counter() - t1
         mask = batch.response_mask
         metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
+        # -- the sampler's log-probs mu (the engine's; pi_old itself with the hf engine)
+        mu_logp = sampler_logprobs(rollout.engine_logprobs, old_logp)
+        c = self.cfg.rollout.correction
+        fix = correct(old_logp, mu_logp, mask, c.mode, c.cap)
+        metrics.update({k: v.item() for k, v in fix.metrics.items()})
 
         # -- advantage (a KL placed in the reward becomes a token penalty first)
         penalty = kl_reward_penalty(self.loss_cfg, old_logp,
@@ -772,7 +797,7 @@ class Trainer:
         # -- update, then the reference schedule at the rollout boundary
         t2 = time.perf_counter()
         learned = self.update(loss_batch(batch, rollout.truncated, self.cfg.rollout.mask_truncated),
-                              old_logp, ref_logp, advantages)
+                              old_logp, ref_logp, advantages, mu_logp)
         learned["entropy"] = ((entropy * mask).sum() / mask.sum().clamp_min(1)).item()
         self.engine.sync_weights(self.model)
         t_update = time.perf_counter() - t2

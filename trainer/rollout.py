@@ -7,11 +7,11 @@
     ...update the model...
     rollout.sync_weights(model)                                # vllm: push; hf: nothing
 
-Only token ids and finish reasons drive training: behaviour log-probs are always recomputed
-by the training model (trainer.logprobs). The log-probs vLLM returns with its samples are
-used for one thing, the `rollout_logprob_gap_*` metrics (`logprob_gap`): how far the
-sampler's distribution is from the one the trainer assumes (~0 in float32; on GPU, bf16
-inference vs training is a known source of off-policy bias).
+Behaviour log-probs pi_old are always recomputed by the training model (trainer.logprobs).
+The log-probs vLLM returns with its samples are the sampler's own, mu (`sampler_logprobs`):
+the `rollout_logprob_gap_*` metrics (`logprob_gap`) measure how far they are from pi_old
+(~0 in float32; bf16 inference vs training is a known source of off-policy bias), and
+`rollout.correction` (algorithms.correction) corrects the loss for it.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ class RolloutEngine:
         self.engine.sync_weights(model)
 
 
-def engine_dtype(model, compute_dtype: torch.dtype | None) -> str:
-    """vLLM's dtype: the trainer's forward dtype (autocast, else the weights' own)."""
+def engine_dtype(model, compute_dtype: torch.dtype | None, vllm_dtype: str | None = None) -> str:
+    """vLLM's dtype: `rollout.vllm_dtype` when given, else the trainer's forward dtype
+    (autocast, else the weights' own)."""
+    if vllm_dtype is not None:
+        return vllm_dtype
     dtype = compute_dtype or next(model.parameters()).dtype
     return str(dtype).removeprefix("torch.")
 
@@ -74,7 +77,7 @@ def make_engine(rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
         engine = HFEngine(model, tokenizer, batch_size=rollout_cfg.gen_batch_size)
     elif rollout_cfg.engine == "vllm":
         engine = get_engine("vllm")(
-            model_path, tokenizer, seed=seed, dtype=engine_dtype(model, compute_dtype),
+            model_path, tokenizer, seed=seed, dtype=engine_dtype(model, compute_dtype, rollout_cfg.vllm_dtype),
             gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
             max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,
             sleep_level=rollout_cfg.vllm_sleep_level)
@@ -104,3 +107,16 @@ def logprob_gap(engine_logprobs: list[list[float] | None] | None, trainer_logp: 
     tokens = mask.sum().clamp_min(1)
     return {"rollout_logprob_gap_mean": (gap.sum() / tokens).item(),
             "rollout_logprob_gap_max": gap.max().item()}
+
+
+def sampler_logprobs(engine_logprobs: list[list[float] | None] | None,
+                     trainer_logp: torch.Tensor) -> torch.Tensor:
+    """The sampler's log-probs mu of the batch's tokens, (B, T) like `trainer_logp`: the
+    engine's where every response has them (vllm), else `trainer_logp` itself (hf: the
+    training model sampled, so mu = pi_old exactly). Off the responses: trainer_logp's."""
+    if not engine_logprobs or any(lp is None for lp in engine_logprobs):
+        return trainer_logp
+    mu = trainer_logp.clone()
+    for row, lp in enumerate(engine_logprobs):
+        mu[row, : len(lp)] = torch.tensor(lp, dtype=mu.dtype)
+    return mu
