@@ -5,7 +5,8 @@ Rules (documented in config/README.md):
   2. An axis that does not apply to a method is collapsed for that method, with a note:
      divergence / form / ratio_level apply to RPG methods only; estimator / kl_placement /
      kl_importance_weight to penalty methods (objective ppo or reinforce) with a KL term;
-     beta and reference to methods with a KL term; clip to every method.
+     beta and reference to methods with a KL term; clip, entropy_coef and correction
+     (`rollout.correction.mode`) to every method.
   3. An applicable combination that `LossConfig` rejects is dropped with its reason; a value
      that is invalid on its own (e.g. beta < 0) is an error.
   4. Two cells with the same resolved settings are one cell (the first name wins).
@@ -33,6 +34,7 @@ RPG_ONLY = ("divergence", "form", "ratio_level")
 PENALTY_ONLY = ("estimator", "kl_placement", "kl_importance_weight")
 NEEDS_KL = ("beta", "reference")
 LOSS_AXES = RPG_ONLY + PENALTY_ONLY + ("clip", "beta", "entropy_coef")
+RUN_AXES = ("reference", "correction")  # set outside the loss: part of a cell's identity
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Cell:
             "clip_dual_c": str(clip.dual_c if clip else None), "beta": _num(loss.beta),
             "agg": loss.agg, "advantage": self.method.advantage,
             "reference": self.method.reference,
+            **({"correction": self.axes["correction"]} if "correction" in self.axes else {}),
         }
 
 
@@ -97,6 +100,8 @@ def _axis_token(axis: str, value) -> str:
         return f"beta{_num(value)}"
     if axis == "entropy_coef":
         return f"ent{_num(value)}"
+    if axis == "correction":
+        return f"corr-{value.replace('_', '')}"
     if axis == "reference":
         extra = {"every_k": f"{value.get('k')}", "kl_target": f"{_num(value.get('kappa') or 0)}"}
         return f"ref-{value['schedule'].replace('_', '')}{extra.get(value['schedule'], '')}"
@@ -207,7 +212,8 @@ def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], li
                 reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
                 notes.append(f"{name} {combo}: dropped ({reason})")
                 continue
-            key = (resolved.model_dump_json(exclude={"name", "source"}), str(combo.get("reference")))
+            key = (resolved.model_dump_json(exclude={"name", "source"}),
+                   *(str(combo.get(a)) for a in RUN_AXES))
             if key in seen:
                 notes.append(f"{name} {combo}: same settings as {seen[key]}; kept once")
                 continue

@@ -46,6 +46,8 @@ def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
         "model": model,
         "method": method,
         "checkpoint": {"eval_steps": list(sweep.eval.steps)},
+        **({"rollout": {"correction": {"mode": cell.axes["correction"]}}}
+           if "correction" in cell.axes else {}),
         "tracking": {
             "mlflow_uri": sweep.mlflow_uri if sweep.mlflow.enabled else None,
             "experiment": sweep.experiment,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from snakemake.utils import update_config
 
 from algorithms.config import ClipConfig, Divergence, Estimator, Form, ImportanceWeight, RatioLevel
+from algorithms.correction import CorrectionMode
 from algorithms.reference import REFERENCE_SCHEDULES, get_reference_schedule
 from common.generation import ENGINES
 from common.grading import SCORERS
@@ -81,6 +82,8 @@ class Axes(Strict):
     beta: list[float] | None = None
     entropy_coef: list[float] | None = None  # LossConfig.entropy_coef, any method
     reference: list[ReferenceAxis] | None = None
+    correction: list[CorrectionMode] | None = Field(
+        None, description="rollout.correction.mode values (algorithms.correction); every method")
 
     def given(self) -> dict[str, list]:
         """Axis name -> values, for the axes the sweep sets."""
