@@ -19,13 +19,22 @@ Scenarios (theta = current, theta_old = sampler mu, theta_ref = reference):
 Reported per row and scenario: relative bias of the full gradient (||E grad L + grad J|| /
 ||grad J||), of the KL part alone (R = 0), which divergence the KL part actually descends,
 and the per-sample gradient variance (trace of the covariance) of the full and KL parts.
+
+Three policies (`run_correction_audit`, audit_corrections.*): the samples come from a sampler
+mu that is not pi_old, with theta != theta_old != theta_ref as in ref_differs:
+  mismatch <s>  theta_mu = theta_old + s * noise (a kernel/precision mismatch, as bf16)
+  stale         theta_mu = 2 theta_old - theta (the policy one update before pi_old)
+For each RPG divergence x form (sequence ratio: exact when mu = pi_old) x `rollout.correction`
+mode (algorithms.correction), on the two-token tree (one token would make token and sequence
+corrections the same): the bias of E_mu[grad L] against grad J and the per-sample gradient
+variance under mu.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +42,7 @@ import torch
 
 from .advantages import token_returns
 from .config import DIVERGENCES, ESTIMATORS, LossConfig
+from .correction import CORRECTIONS, CorrectionConfig
 from .kl import divergence, kl_reward_penalty
 from .losses import compute_policy_loss
 from .methods import METHODS
@@ -83,6 +93,7 @@ class Problem:
     theta_old: torch.Tensor
     theta_ref: torch.Tensor
     rewards: torch.Tensor  # (N,)
+    theta_mu: torch.Tensor | None = None  # the sampler's parameters (None: the sampler is pi_old)
 
 
 def make_problem(policy: Tabular, scenario: str, seed: int = 0, delta: float = 0.5) -> Problem:
@@ -114,12 +125,15 @@ def exact_gradient(p: Problem, div: str | None, beta: float, with_reward: bool =
     return grad
 
 
-def surrogate_gradients(p: Problem, cfg: LossConfig, with_reward: bool = True):
-    """Per-outcome gradients grad L(y) [N, P] and sampling probabilities mu(y) [N]."""
+def surrogate_gradients(p: Problem, cfg: LossConfig, with_reward: bool = True,
+                        correction: CorrectionConfig | None = None):
+    """Per-outcome gradients grad L(y) [N, P] and sampling probabilities mu(y) [N]; the
+    samples come from theta_mu when the problem has one, corrected by `correction`."""
     cfg = cfg.model_copy(update={"agg": "seq-mean-token-sum"})
     old_lp = p.policy.token_logps(p.theta_old)
     ref_lp = p.policy.token_logps(p.theta_ref)
-    mu = old_lp.sum(-1).exp()
+    mu_lp = old_lp if p.theta_mu is None else p.policy.token_logps(p.theta_mu)
+    mu = mu_lp.sum(-1).exp()
     rewards = p.rewards if with_reward else torch.zeros_like(p.rewards)
     mask = torch.ones_like(old_lp)
     penalty = kl_reward_penalty(cfg, old_lp, ref_lp, mask)
@@ -129,7 +143,8 @@ def surrogate_gradients(p: Problem, cfg: LossConfig, with_reward: bool = True):
     grads = []
     for i in range(p.policy.n_outcomes):
         loss, _ = compute_policy_loss(cfg, logp[i : i + 1], old_lp[i : i + 1], ref_lp[i : i + 1],
-                                      adv[i : i + 1], mask[i : i + 1])
+                                      adv[i : i + 1], mask[i : i + 1],
+                                      mu_logp=mu_lp[i : i + 1], correction=correction)
         (g,) = torch.autograd.grad(loss, theta, retain_graph=True)
         grads.append(g)
     return torch.stack(grads), mu
@@ -246,6 +261,64 @@ def run_audit(seed: int = 0, beta: float = BETA, policies=tuple(POLICIES)) -> pd
     return pd.DataFrame.from_records(records)
 
 
+# --- three policies: the sampler mu is not pi_old ------------------------------------------------
+
+MISMATCH_SIZES = (0.1, 0.3, 1.0)
+SAMPLER_SCENARIOS = (*(f"mismatch {s:g}" for s in MISMATCH_SIZES), "stale")
+CORRECTION_DIVERGENCES = ("fkl", "ufkl", "rkl", "urkl")  # the paper's four
+
+
+def make_sampler_problem(policy: Tabular, scenario: str, seed: int = 0) -> Problem:
+    """ref_differs (theta, theta_old, theta_ref all differ) plus a sampler theta_mu: pi_old's
+    parameters plus noise of the scenario's size per entry, or (stale) the policy one update
+    before pi_old along the same direction, theta_mu = theta_old - (theta - theta_old)."""
+    p = make_problem(policy, "ref_differs", seed)
+    if scenario == "stale":
+        return replace(p, theta_mu=2 * p.theta_old - p.theta)
+    if scenario not in SAMPLER_SCENARIOS:
+        raise ValueError(f"scenario={scenario!r}; choose one of {SAMPLER_SCENARIOS}")
+    size = float(scenario.removeprefix("mismatch "))
+    g = torch.Generator().manual_seed(seed + 1)
+    return replace(p, theta_mu=p.theta_old + size * torch.randn(policy.n_params, generator=g,
+                                                                dtype=DTYPE))
+
+
+def run_correction_audit(seed: int = 0, beta: float = BETA, cap: float = 2.0,
+                         divergences=CORRECTION_DIVERGENCES) -> pd.DataFrame:
+    """The long table: one line per (RPG divergence x form, correction mode, scenario)."""
+    records = []
+    problems = {sc: make_sampler_problem(TREE, sc, seed) for sc in SAMPLER_SCENARIOS}
+    for div, form in itertools.product(divergences, ("differentiable", "reinforce")):
+        # Sequence ratios: exact when mu = pi_old (the token ratio is biased on the tree even
+        # then, see the main table), so every bias here is the mismatch's or its correction's.
+        cfg = LossConfig(objective="rpg", divergence=div, form=form, ratio_level="sequence",
+                         beta=beta)
+        for mode, (scenario, p) in itertools.product(CORRECTIONS, problems.items()):
+            g, mu = surrogate_gradients(p, cfg, correction=CorrectionConfig(mode=mode, cap=cap))
+            mean = mu @ g
+            target = exact_gradient(p, div, beta)
+            records.append({
+                "policy": TREE.name, "loss": f"RPG-{div.upper()} {form} sequence", "mode": mode,
+                "scenario": scenario, "rel_bias": _rel(mean + target, target),
+                "variance": float((mu[:, None] * (g - mean) ** 2).sum()),
+            })
+    return pd.DataFrame.from_records(records)
+
+
+def correction_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Wide view: one line per (loss, mode), bias and variance per scenario."""
+    wide = []
+    for (loss, mode), g in df.groupby(["loss", "mode"], sort=False):
+        s = g.set_index("scenario")
+        wide.append({
+            "loss": loss, "correction": mode,
+            **{f"bias {sc}": _fmt(s.at[sc, "rel_bias"]) for sc in SAMPLER_SCENARIOS},
+            "variance " + " / ".join(sc.removeprefix("mismatch ") for sc in SAMPLER_SCENARIOS):
+                " / ".join(f"{s.at[sc, 'variance']:.3g}" for sc in SAMPLER_SCENARIOS),
+        })
+    return pd.DataFrame(wide)
+
+
 def _fmt(x: float) -> str:
     return "0 (exact)" if x < EXACT_TOL else f"{x:.2e}"
 
@@ -271,6 +344,13 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+CORRECTIONS_HEADER = (
+    "float64, exact enumeration on the two-token tree, RPG sequence ratios, beta = {beta}, "
+    "seed = {seed}, cap = 2: samples from mu, theta != theta_old != theta_ref. Bias is ||E_mu[grad L] + grad J|| / "
+    "||grad J||; variance is the trace of the per-sample gradient covariance under mu "
+    "(mismatch sizes / stale). Generated by `python -m algorithms.audit`.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/audit"))
@@ -292,7 +372,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     (args.out / "audit.md").write_text(header + table.to_markdown(index=False) + "\n")
     print(table.to_markdown(index=False))
-    print(f"\nwrote {args.out / 'audit.md'}, {args.out / 'audit.csv'}, {args.out / 'audit_long.csv'}")
+    if "tree" not in args.policies:  # the corrections' audit runs on the tree
+        print(f"\nwrote {args.out / 'audit.md'}, {args.out / 'audit.csv'}, "
+              f"{args.out / 'audit_long.csv'}")
+        return 0
+    corrections = run_correction_audit(args.seed, args.beta)
+    corrections.to_csv(args.out / "audit_corrections_long.csv", index=False)
+    wide = correction_table(corrections)
+    wide.to_csv(args.out / "audit_corrections.csv", index=False)
+    (args.out / "audit_corrections.md").write_text(
+        "# Off-policy corrections: exact bias and variance\n\n" + CORRECTIONS_HEADER.format(
+            beta=args.beta, seed=args.seed) + "\n\n" + wide.to_markdown(index=False) + "\n")
+    print("\n" + wide.to_markdown(index=False))
+    print(f"\nwrote {args.out / 'audit.md'}, {args.out / 'audit.csv'}, {args.out / 'audit_long.csv'}"
+          f", {args.out / 'audit_corrections.md'} (.csv, _long.csv)")
     return 0
 
 

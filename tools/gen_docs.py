@@ -240,6 +240,18 @@ def gen_audit() -> str:
     return markdown_table(list(table.columns), table.astype(str).values.tolist(), align)
 
 
+def gen_audit_corrections() -> str:
+    """The three-policy audit of the off-policy corrections (`python -m algorithms.audit`)."""
+    import torch
+
+    from algorithms.audit import correction_table, run_correction_audit
+
+    torch.set_num_threads(1)
+    table = correction_table(run_correction_audit())
+    return markdown_table(list(table.columns), table.astype(str).values.tolist(),
+                          "l" * len(table.columns))
+
+
 def gen_metrics() -> str:
     from analysis import metrics as registry
 
@@ -354,6 +366,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "loss-config": gen_loss_config,
     "sweep-config": gen_sweep_config,
     "audit": gen_audit,
+    "audit-corrections": gen_audit_corrections,
     "metrics": gen_metrics,
     "sizing": gen_sizing,
 }
