@@ -635,7 +635,7 @@ class Trainer:
         return distributed.all_sum(logp, self.world), distributed.all_sum(entropy, self.world)
 
     def accumulate_gradients(self, batch: PackedBatch, rows, old_logp, ref_logp, advantages,
-                             mu_logp):
+                             mu_logp=None):
         """Backward of one mini-batch `rows` (this rank's share of it), micro-batch by
         micro-batch, each loss weighted so that the gradients sum, over micro-batches and
         ranks, to those of the mini-batch's loss whatever the grouping. Returns the
@@ -653,7 +653,7 @@ class Trainer:
                 None if ref_logp is None else ref_logp[idx, :t],
                 advantages[idx] if advantages.dim() == 1 else advantages[idx, :t],
                 mb.response_mask, norm_len=self.cfg.rollout.max_new_tokens,
-                entropy=ent if bonus else None, mu_logp=mu_logp[idx, :t],
+                entropy=ent if bonus else None, mu_logp=None if mu_logp is None else mu_logp[idx, :t],
                 correction=self.cfg.rollout.correction,
             )
             if not len(micro):
@@ -712,9 +712,9 @@ class Trainer:
                 f"{self.last_checkpoint or 'none (no checkpoint saved yet)'}")
         return None
 
-    def update(self, batch: PackedBatch, old_logp, ref_logp, advantages, mu_logp) -> dict:
+    def update(self, batch: PackedBatch, old_logp, ref_logp, advantages, mu_logp=None) -> dict:
         """K epochs of mini-batch AdamW steps; returns averaged loss metrics + grad norm.
-        mu_logp: the sampler's log-probs (old_logp itself with the hf engine)."""
+        mu_logp: the sampler's log-probs (None: old_logp, as with the hf engine)."""
         o = self.cfg.optim
         B = batch.input_ids.shape[0]
         mini = o.mini_batch_size or B
