@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.generation import Engine, Sample, get_engine
+from common.generation import ENGINES, Engine, Sample
 from common.generation.hf import HFEngine
 
 # Logged every step (None with the hf engine, which samples from the training model itself).
@@ -69,11 +69,11 @@ def make_engine(rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
     the model may have been resumed, and at `vllm_sleep_level: 2` vLLM discards the
     weights it loaded from `model_path` when it first sleeps.
     """
-    get_engine(rollout_cfg.engine)  # an unknown name fails here, listing the registered ones
+    ENGINES.get(rollout_cfg.engine)  # an unknown name fails here, listing the registered ones
     if rollout_cfg.engine == "hf":
         engine = HFEngine(model, tokenizer, batch_size=rollout_cfg.gen_batch_size)
     elif rollout_cfg.engine == "vllm":
-        engine = get_engine("vllm")(
+        engine = ENGINES.get("vllm")(
             model_path, tokenizer, seed=seed, dtype=engine_dtype(model, compute_dtype),
             gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
             max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,

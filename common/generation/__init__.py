@@ -27,15 +27,14 @@ from common.generation.base import (
     EngineOptions,
     Sample,
     check_checkpoint,
-    get_engine,
     register_engine,
 )
 
 
 def start_engine(name: str, checkpoint: str | Path, options: EngineOptions) -> Engine:
     """Start engine `name` on an HF checkpoint directory."""
-    return get_engine(name).from_checkpoint(checkpoint, options)
+    return ENGINES.get(name).from_checkpoint(checkpoint, options)
 
 
-__all__ = ["ENGINES", "Engine", "EngineOptions", "Sample", "check_checkpoint", "get_engine",
+__all__ = ["ENGINES", "Engine", "EngineOptions", "Sample", "check_checkpoint",
            "register_engine", "start_engine"]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from algorithms.registry import Registry
+
 FINISH_REASONS = ("stop", "length")
 # Files any of which means "a tokenizer is saved here" (fast, sentencepiece, or legacy BPE).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -235,21 +237,10 @@ class Engine(ABC):
         """End the engine before the process's distributed group is destroyed."""
 
 
-ENGINES: dict[str, type[Engine]] = {}  # name -> class; filled by @register_engine
+# name -> engine class; filled by @register_engine. Every list of engine names is this one.
+ENGINES: Registry[type[Engine]] = Registry("engine")
 
 
 def register_engine(cls: type[Engine]) -> type[Engine]:
     """Class decorator: make `cls` available under `cls.name`."""
-    if not cls.name or cls.name in ENGINES:
-        raise ValueError(f"engine {cls.__name__}: name {cls.name!r} is empty or taken")
-    ENGINES[cls.name] = cls
-    return cls
-
-
-def get_engine(name: str) -> type[Engine]:
-    """The engine class registered as `name`."""
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise ValueError(f"engine {name!r} is not registered; choose one of {list(ENGINES)}"
-                         ) from None
+    return ENGINES.register(cls.name, cls)

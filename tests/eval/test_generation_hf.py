@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from common.generation import EngineOptions, Sample, check_checkpoint, get_engine, start_engine
+from common.generation import ENGINES, EngineOptions, Sample, check_checkpoint, start_engine
 from common.generation.hf import (
     HFEngine,
     checkpoint_defaults_ignored,
@@ -102,10 +102,10 @@ def test_one_tokenization_rule(tiny_checkpoint):
 
 def test_hf_engine_and_registry(tiny_checkpoint):
     engine = start_engine("hf", tiny_checkpoint, EngineOptions(device="cpu"))
-    assert isinstance(engine, HFEngine) and get_engine("hf") is HFEngine
+    assert isinstance(engine, HFEngine) and ENGINES.get("hf") is HFEngine
     out = engine.generate(["x"], n=2, temperature=1.0, top_p=0.9, max_new_tokens=3, seed=0)
     assert len(out) == 1 and len(out[0]) == 2
-    with pytest.raises(ValueError, match="engine 'jax' is not registered"):
+    with pytest.raises(ValueError, match="engine='jax' is not registered"):
         start_engine("jax", tiny_checkpoint, EngineOptions())
 
 
@@ -225,7 +225,7 @@ def test_hf_generate_hits_tokens_outside_the_top_k_at_the_softmax_rate(opinionat
 def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
     """The recipe in docs/evaluation.md: subclass Engine, set `name`, register it; the
     evaluation then runs on it by name (here a greedy-only engine built on transformers)."""
-    from common.generation import ENGINES, Engine, register_engine
+    from common.generation import Engine, register_engine
     from eval.run import EvalConfig, evaluate
 
     @register_engine
@@ -255,8 +255,9 @@ def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
         rows = [json.loads(x) for x in (tmp_path / "toy.jsonl").read_text().splitlines()]
         assert rows[0]["completion"] == rows[1]["completion"]  # greedy: both samples agree
     finally:
-        ENGINES.pop("greedy-only")
-    with pytest.raises(ValueError, match="backend='greedy-only' is not registered"):
+        del ENGINES["greedy-only"]
+    with pytest.raises(ValueError, match=r"backend\s+Value error, engine='greedy-only' is not "
+                       r"registered; choose one of \['hf', 'vllm'\]"):
         EvalConfig(checkpoint="c", benchmark="toy", out="o", backend="greedy-only")
 
 
