@@ -187,11 +187,19 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+def forward_dtype(model, compute_dtype: torch.dtype | None) -> str:
+    """A training model's forward dtype as an engine option: the autocast dtype, else the
+    weights' own ("float32", "bfloat16", ...)."""
+    dtype = compute_dtype or next(model.parameters()).dtype
+    return str(dtype).removeprefix("torch.")
+
+
 class Engine(ABC):
     """n samples per prompt from a causal LM; weights replaceable in place.
 
     Subclasses set `name` (the registry key, see common.generation) and implement
-    `from_checkpoint`, `generate` and `load_weights`. `sleep`/`wake` default to nothing.
+    `from_checkpoint`, `generate` and `load_weights`. `for_rollout` defaults to starting
+    from the run's checkpoint; `sleep`/`wake` default to nothing.
     """
 
     name: str = ""
@@ -201,6 +209,18 @@ class Engine(ABC):
     @abstractmethod
     def from_checkpoint(cls, path: str | Path, options: EngineOptions) -> Engine:
         """Start the engine on an HF checkpoint directory (weights + tokenizer)."""
+
+    @classmethod
+    def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
+                    compute_dtype: torch.dtype | None = None) -> Engine:
+        """The engine a training run samples from (`rollout_cfg`: the run config's
+        trainer.config.RolloutConfig; `model`: the training model). By default the engine
+        starts on the run's initial checkpoint in the model's forward dtype; the trainer
+        pushes its current weights in at once (`sync_weights`), so any registered engine can
+        serve rollouts. Engines with their own set-up (hf: the model itself) override it."""
+        options = EngineOptions(dtype=forward_dtype(model, compute_dtype), seed=seed,
+                                batch_size=rollout_cfg.gen_batch_size)
+        return cls.from_checkpoint(model_path, options)
 
     @abstractmethod
     def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -254,6 +255,13 @@ def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
         assert summary["sampling"]["backend"] == "greedy-only"
         rows = [json.loads(x) for x in (tmp_path / "toy.jsonl").read_text().splitlines()]
         assert rows[0]["completion"] == rows[1]["completion"]  # greedy: both samples agree
+        # Without its own for_rollout, a training run starts it on the run's checkpoint in
+        # the training model's dtype (then pushes the model's weights in).
+        model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint).to(torch.float64)
+        rollout = GreedyOnly.for_rollout(SimpleNamespace(gen_batch_size=8), model, None,
+                                         model_path=str(tiny_checkpoint), seed=0)
+        assert isinstance(rollout, GreedyOnly) and rollout.inner.batch_size == 8
+        assert rollout.inner.model.dtype == torch.float64
     finally:
         del ENGINES["greedy-only"]
     with pytest.raises(ValueError, match=r"backend\s+Value error, engine='greedy-only' is not "
