@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import metric_meta
 from analysis.plots import legend, method_colors, panels, save_figure
 from analysis.stats import seed_interval
 from analysis.tables import KL_METRIC, benchmark_display, benchmark_order, label_order
+from common.metrics import metric_meta
 
 ACCURACY = "mean"
 

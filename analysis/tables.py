@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.delta import DELTA_COLUMNS, DeltaOptions, deltas_vs_baseline
-from analysis.metrics import MetricMeta, metric_meta
 from analysis.stats import seed_interval
+from common.metrics import MetricMeta, metric_meta
 from eval.benchmarks import BENCHMARKS
 
 STATS = ("last", "best")

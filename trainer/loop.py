@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from algorithms import LOSS_METRICS, compute_advantages, compute_policy_loss, kl_reward_penalty
 from common.files import read_yaml, write_atomic
 from common.layout import RunDir
+from common.metrics import metric_meta
 from common.prompts import build_prompt, encode_prompts
 from trainer import distributed
 from trainer.checkpoint import (
@@ -55,7 +56,9 @@ from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cp
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
 
-MAX_METRICS = ("is_weight_max",)  # reported as the maximum over every update of the step
+# Loss metrics reported as the maximum over a step's updates (micro-batches, mini-batches,
+# epochs, ranks): those whose declared aggregation is "max"; the rest are weighted means.
+MAX_OVER_UPDATES = frozenset(k for k in LOSS_METRICS if metric_meta(k).aggregation == "max")
 
 
 def mb_rows(micro: torch.Tensor, device) -> torch.Tensor:
@@ -65,8 +68,8 @@ def mb_rows(micro: torch.Tensor, device) -> torch.Tensor:
 
 def add_metric(sums: dict, key: str, value: torch.Tensor, weight=None) -> None:
     """Running aggregate of a loss metric over micro- and mini-batches: the maximum for
-    MAX_METRICS, else the (weighted) sum."""
-    if key in MAX_METRICS:
+    MAX_OVER_UPDATES, else the (weighted) sum."""
+    if key in MAX_OVER_UPDATES:
         sums[key] = value if key not in sums else torch.maximum(sums[key], value)
     else:
         sums[key] = sums.get(key, 0.0) + (value if weight is None else value * weight)
@@ -621,7 +624,7 @@ class Trainer:
         """Backward of one mini-batch `rows` (this rank's share of it), micro-batch by
         micro-batch, each loss weighted so that the gradients sum, over micro-batches and
         ranks, to those of the mini-batch's loss whatever the grouping. Returns the
-        mini-batch loss and its weighted metric sums (maxima for MAX_METRICS), all global."""
+        mini-batch loss and its weighted metric sums (maxima for MAX_OVER_UPDATES), all global."""
         token_mean = self.loss_cfg.agg == "token-mean"
         mini_tokens = batch.response_mask[rows].sum().clamp_min(1.0)
         total_loss = torch.zeros((), device=self.device)
@@ -653,9 +656,9 @@ class Trainer:
                     add_metric(sums, k, metrics[k], w)
         total_loss = distributed.all_sum(total_loss, self.world)
         for k in LOSS_METRICS:
-            v = sums.get(k, torch.tensor(float("-inf") if k in MAX_METRICS else 0.0,
+            v = sums.get(k, torch.tensor(float("-inf") if k in MAX_OVER_UPDATES else 0.0,
                                          device=self.device))
-            sums[k] = (distributed.all_max if k in MAX_METRICS else distributed.all_sum)(
+            sums[k] = (distributed.all_max if k in MAX_OVER_UPDATES else distributed.all_sum)(
                 v.reshape(()).clone(), self.world)
         return total_loss, sums
 
@@ -716,7 +719,7 @@ class Trainer:
                 grad_norm = self._optimizer_step(params, total_loss)
                 if grad_norm is not None:
                     grad_norms.append(grad_norm)
-        out = {k: (v if k in MAX_METRICS else v / n_mini).item() for k, v in sums.items()}
+        out = {k: (v if k in MAX_OVER_UPDATES else v / n_mini).item() for k, v in sums.items()}
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else None
         return out
 
