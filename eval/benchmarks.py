@@ -22,6 +22,7 @@ from pathlib import Path
 
 from algorithms.registry import Registry
 from common import toy
+from common.files import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -102,19 +103,7 @@ def _read_local(path: Path) -> list[dict]:
             raise ValueError(f"{path}: not a readable parquet file ({err})") from err
     if path.suffix not in (".jsonl", ".json"):
         raise ValueError(f"{path}: unsupported benchmark file type; use .jsonl or .parquet")
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: malformed JSON line ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
-            rows.append(row)
-    return rows
+    return read_jsonl(path)
 
 
 def _read_hub(spec: HubSource) -> list[dict]:
