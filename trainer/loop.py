@@ -348,19 +348,22 @@ class Trainer:
         """The reference (from the initial weights, before any resume state is loaded: a
         "fixed" reference is the initial policy) and the log-prob modules (FSDP2 roots when
         distributed; see trainer.distributed)."""
-        ref, m = self.cfg.method.reference, self.cfg.model
-        self.reference = Reference(self.method.reference, self.model,
-                                   dtype=reference_dtype(m.reference_dtype, self.autocast),
-                                   empty=self.world.distributed,
-                                   **ref.model_dump(exclude={"schedule"}))
+        # method.reference (a ReferenceConfig) holds the schedule's knobs; the resolved
+        # method's `reference` is the schedule's name (the method's default or the override).
+        ref_settings, m = self.cfg.method.reference, self.cfg.model
+        schedule_name = self.method.reference
+        self.ref_schedule = Reference(schedule_name, self.model,
+                                      dtype=reference_dtype(m.reference_dtype, self.autocast),
+                                      empty=self.world.distributed,
+                                      **ref_settings.model_dump(exclude={"schedule"}))
         full = distributed.full_state_on_rank0(PolicyLogProbs(self.model), self.world)
         # decoder layers compute in the autocast dtype (FSDP2's mixed-precision policy)
         self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type,
                                         param_dtype=self.autocast)
-        self.ref_policy = (distributed.shard(PolicyLogProbs(self.reference.model), self.world,
+        self.ref_policy = (distributed.shard(PolicyLogProbs(self.ref_schedule.model), self.world,
                                              self.device.type, param_dtype=self.autocast,
                                              offload=m.reference_offload)
-                           if self.reference.held else None)
+                           if self.ref_schedule.held else None)
         if self.world.distributed:
             distributed.load_from_rank0(self.policy, full, self.world, self.device)
             if self.ref_policy is not None:
@@ -387,7 +390,7 @@ class Trainer:
         if "reference" in templates:
             distributed.set_sharded_state(self.ref_policy, templates["reference"])
         self.sampler.load_state_dict(state["sampler"])
-        self.reference.load_state_dict(state["reference"])
+        self.ref_schedule.load_state_dict(state["reference"])
         self.global_step = state["step"]
         self.nonfinite_skips = state["nonfinite_skips"]
         self.nonfinite_in_row = state["nonfinite_in_row"]
@@ -415,11 +418,11 @@ class Trainer:
         reference's schedule, and whether the reference's weights are saved too."""
         payload = {
             "step": self.global_step, "sampler": self.sampler.state_dict(),
-            "reference": self.reference.counters(),
+            "reference": self.ref_schedule.counters(),
             "nonfinite_skips": self.nonfinite_skips, "nonfinite_in_row": self.nonfinite_in_row,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
         }
-        if self.reference.refreshed:
+        if self.ref_schedule.refreshed:
             payload["reference_weights"] = True  # its weights are saved sharded too
         return payload
 
@@ -683,7 +686,7 @@ class Trainer:
         if bool(torch.isfinite(total_loss) & torch.isfinite(grad_norm)):
             self.optimizer.step()
             self.nonfinite_in_row = 0
-            self.reference.after_optimizer_step()
+            self.ref_schedule.after_optimizer_step()
             return grad_norm.item()
         self.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_skips += 1
@@ -748,7 +751,7 @@ class Trainer:
         metrics.update(learned)
         metrics.update({
             "lr": self.optimizer.param_groups[0]["lr"], "nonfinite_skips": self.nonfinite_skips,
-            "ref_updates": self.reference.updates, "time_rollout": t_rollout, **times,
+            "ref_updates": self.ref_schedule.updates, "time_rollout": t_rollout, **times,
             "time_step": t_step, "tokens_per_sec": tokens / t_step if t_step > 0 else None,
         })
         return metrics
@@ -761,7 +764,7 @@ class Trainer:
         t1 = time.perf_counter()
         old_logp, entropy = self.logprobs_no_grad(self.policy, batch, with_entropy=True)
         ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
-                    if self.reference.held else None)
+                    if self.ref_schedule.held else None)
         t_logprob = time.perf_counter() - t1
         mask = batch.response_mask
         metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
@@ -780,7 +783,7 @@ class Trainer:
         self.engine.sync_weights(self.model)
         t_update = time.perf_counter() - t2
         kl_ref = learned.get(self.cfg.method.reference.kl_metric)
-        self.reference.after_step(self.model, kl_ref if ref_logp is not None else None)
+        self.ref_schedule.after_step(self.model, kl_ref if ref_logp is not None else None)
         return learned, {"time_logprob": t_logprob, "time_update": t_update}
 
 
@@ -874,7 +877,7 @@ def _run_steps(trainer: Trainer, clock: Deadline, until_step: int | None = None)
             clock.record_step(time.monotonic() - t_step)
             steps_this_process += 1
             trainer.log(metrics)
-            _show_progress(bar, metrics, trainer.reference.held)
+            _show_progress(bar, metrics, trainer.ref_schedule.held)
 
             # -- checkpoint
             stop = bool(cfg.debug.stop_after_steps
