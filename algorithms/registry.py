@@ -26,6 +26,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 T = TypeVar("T")
+_DECORATE: Any = object()  # register's "no thing given" (None is a thing: a hub-less benchmark)
 
 
 class Registry(Mapping[str, T], Generic[T]):
@@ -36,7 +37,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self._items: dict[str, T] = {}
         self.Name = Annotated[str, AfterValidator(self.check), _NamesSchema(self)]
 
-    def register(self, name: str, thing: T | None = None) -> Any:
+    def register(self, name: str, thing: T = _DECORATE) -> Any:
         """Register `thing` under `name`; without `thing`, a decorator that registers the
         decorated object and returns it unchanged. A name registered twice is an error."""
 
@@ -46,7 +47,7 @@ class Registry(Mapping[str, T], Generic[T]):
             self._items[name] = obj
             return obj
 
-        return add if thing is None else add(thing)
+        return add if thing is _DECORATE else add(thing)
 
     def __setitem__(self, name: str, thing: T) -> None:
         """Register or replace `name` (tests: pytest's monkeypatch.setitem)."""

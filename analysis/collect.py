@@ -14,7 +14,7 @@ without config.yaml is skipped, a half-written last line of metrics.jsonl (a cra
 is dropped, a malformed summary is skipped; each case emits a `CollectionWarning` naming
 the file. `problem_scores(...)` reads one evaluation's per-sample records back into
 per-problem accuracies (the unit the paired bootstrap of `analysis.stats` resamples). What a
-metric means lives in `analysis.metrics`.
+metric means lives in `common.metrics`.
 
 Run: `python -m analysis report --sweep-dir results/<sweep> --out results/<sweep>`.
 """

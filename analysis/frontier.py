@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import metric_meta
 from analysis.plots import legend, method_colors, panels, save_figure
 from analysis.stats import seed_interval
 from analysis.tables import KL_METRIC, benchmark_display, benchmark_order, label_order
+from common.metrics import metric_meta
 
 ACCURACY = "mean"
 
@@ -97,25 +97,39 @@ def _axes_labels(ax, bench: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_frontier(points: pd.DataFrame, colors: dict[str, tuple], scorer: str):
-    """Accuracy against KL per benchmark, one curve per label through its checkpoints."""
+def _panel_curves(points: pd.DataFrame, key: str):
+    """A figure with one panel per benchmark and the curves to draw on them: (fig, axes,
+    iterator of (ax, name, rows, kl, accuracy in display units)), one curve per `key`
+    value (label or method); each panel gets its title and axis labels once its curves
+    are drawn."""
     scale = metric_meta(ACCURACY).scale
     benches = benchmark_order(points["benchmark"])
     fig, axes = panels(len(benches))
-    for ax, bench in zip(axes, benches):
-        b = points[points["benchmark"] == bench]
-        for label in label_order(b["label"]):
-            p = b[b["label"] == label]
-            x, y = p["kl"].to_numpy(), p["acc"].to_numpy() * scale
-            se, xse = p["acc_se"].to_numpy() * scale, p["kl_se"].to_numpy()
-            ax.plot(x, y, color=colors[label], label=label, marker="o", markersize=3, lw=1.4)
-            if np.isfinite(se).any():
-                ax.fill_between(x, y - np.nan_to_num(se), y + np.nan_to_num(se),
-                                color=colors[label], alpha=0.2, lw=0)
-            if np.isfinite(xse).any():
-                ax.errorbar(x, y, xerr=np.nan_to_num(xse), fmt="none", ecolor=colors[label],
-                            alpha=0.6, lw=0.8)
-        _axes_labels(ax, bench)
+
+    def curves():
+        for ax, bench in zip(axes, benches):
+            b = points[points["benchmark"] == bench]
+            for name in label_order(b[key]):
+                p = b[b[key] == name]
+                yield ax, name, p, p["kl"].to_numpy(), p["acc"].to_numpy() * scale
+            _axes_labels(ax, bench)
+
+    return fig, axes, curves()
+
+
+def plot_frontier(points: pd.DataFrame, colors: dict[str, tuple], scorer: str):
+    """Accuracy against KL per benchmark, one curve per label through its checkpoints."""
+    scale = metric_meta(ACCURACY).scale
+    fig, axes, curves = _panel_curves(points, "label")
+    for ax, label, p, x, y in curves:
+        se, xse = p["acc_se"].to_numpy() * scale, p["kl_se"].to_numpy()
+        ax.plot(x, y, color=colors[label], label=label, marker="o", markersize=3, lw=1.4)
+        if np.isfinite(se).any():
+            ax.fill_between(x, y - np.nan_to_num(se), y + np.nan_to_num(se),
+                            color=colors[label], alpha=0.2, lw=0)
+        if np.isfinite(xse).any():
+            ax.errorbar(x, y, xerr=np.nan_to_num(xse), fmt="none", ecolor=colors[label],
+                        alpha=0.6, lw=0.8)
     fig.suptitle(f"Accuracy vs KL to the initial model ({scorer} scorer)\ncurve through "
                  "checkpoints; mean over seeds, band and bars ± 1 s.e.", fontsize="medium")
     legend(fig, axes)
@@ -126,21 +140,15 @@ def plot_designs(points: pd.DataFrame, colors: dict[str, tuple], scorer: str):
     """Accuracy against KL at the Last checkpoint per design, a curve per method through
     its betas, 95% intervals over seeds on both axes."""
     scale = metric_meta(ACCURACY).scale
-    benches = benchmark_order(points["benchmark"])
-    fig, axes = panels(len(benches))
-    for ax, bench in zip(axes, benches):
-        b = points[points["benchmark"] == bench]
-        for method in label_order(b["method"]):
-            p = b[b["method"] == method]
-            x, y = p["kl"].to_numpy(), p["acc"].to_numpy() * scale
-            yerr = np.nan_to_num(np.abs(np.vstack([p["acc_low"], p["acc_high"]]) * scale - y))
-            xerr = np.nan_to_num(np.abs(np.vstack([p["kl_low"], p["kl_high"]]) - x))
-            ax.errorbar(x, y, xerr=xerr, yerr=yerr, color=colors[method], label=method,
-                        marker="o", markersize=3, lw=1.4, capsize=2)
-            for xi, yi, text in zip(x, y, p["beta_text"]):
-                ax.annotate(f"β={text}", (xi, yi), fontsize="x-small", xytext=(3, 3),
-                            textcoords="offset points", color=colors[method])
-        _axes_labels(ax, bench)
+    fig, axes, curves = _panel_curves(points, "method")
+    for ax, method, p, x, y in curves:
+        yerr = np.nan_to_num(np.abs(np.vstack([p["acc_low"], p["acc_high"]]) * scale - y))
+        xerr = np.nan_to_num(np.abs(np.vstack([p["kl_low"], p["kl_high"]]) - x))
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, color=colors[method], label=method,
+                    marker="o", markersize=3, lw=1.4, capsize=2)
+        for xi, yi, text in zip(x, y, p["beta_text"]):
+            ax.annotate(f"β={text}", (xi, yi), fontsize="x-small", xytext=(3, 3),
+                        textcoords="offset points", color=colors[method])
     fig.suptitle(f"Frontier per design at the Last checkpoint ({scorer} scorer)\nmean over "
                  "seeds, bars: 95% t interval over seeds", fontsize="medium")
     legend(fig, axes)

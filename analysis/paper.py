@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from analysis.delta import VERDICT_SCORER
-from analysis.metrics import metric_meta
 from analysis.tables import (
     benchmark_display,
     benchmark_order,
@@ -29,6 +28,7 @@ from analysis.tables import (
     md_escape,
     signed,
 )
+from common.metrics import metric_meta
 
 PAPER_SETTING_KEYS = ("table", "model", "context")
 REFERENCE_COLUMNS = ("table", "model", "context", "method", "benchmark", "last", "best")

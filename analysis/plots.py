@@ -7,7 +7,7 @@
 One line per method (run label): the mean over seeds at each step, shaded ± one standard
 error when more than one seed reached that step. A method keeps its color in every figure
 (`method_colors`). Axis labels, units and percent scaling come from the metric registry
-(`analysis.metrics.metric_meta`), never from guesses here. Rendering uses matplotlib's
+(`common.metrics.metric_meta`), never from guesses here. Rendering uses matplotlib's
 object API with the Agg canvas (no pyplot state, no display needed).
 
 Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, out_dir)`.
@@ -24,9 +24,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.metrics import metric_meta
 from analysis.stats import seed_interval
 from analysis.tables import benchmark_display, benchmark_order, label_order
+from common.metrics import metric_meta
 
 TRAIN_CURVE_METRICS = ("reward_mean", "entropy", "response_length_mean")
 BAND = "line: mean over seeds, band: ± 1 standard error"

@@ -34,7 +34,6 @@ from analysis.collect import Collection, collect, collect_initial
 from analysis.concordance import report_lines as concordance_lines
 from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
 from analysis.frontier import write_frontier_plots
-from analysis.metrics import metric_meta
 from analysis.paper import (
     load_reference,
     paper_vs_ours,
@@ -54,6 +53,7 @@ from analysis.tables import (
 from analysis.verdict import verdict_paragraph
 from common.files import write_atomic
 from common.layout import SweepDir
+from common.metrics import metric_meta
 
 REFERENCE_RELPATH = Path("results/reference/reported_results.csv")
 RUN_SUMMARY_METRICS = ("time_step", "nonfinite_skips", "ref_updates")

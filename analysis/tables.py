@@ -1,4 +1,4 @@
-"""Last/Best result tables (the paper's Table 3 layout) with seed intervals and Δ vs DAPO.
+"""Last/Best result tables (the paper's Table 3 layout) with seed intervals and Δ vs a baseline.
 
 Rows are methods (the run `label`), columns are benchmark x {Last, Best}:
   Last = the metric (Mean@n by default) at a run's final evaluated step,
@@ -6,8 +6,9 @@ Rows are methods (the run `label`), columns are benchmark x {Last, Best}:
          metadata says lower is better),
 each computed per seed, then summarised over seeds (`analysis.stats.seed_interval`): the
 cell reads "mean ± se [low, high]", the standard error and the 95% t interval over seeds;
-with one seed both are "n/a". Next to each, "Δ vs DAPO" (`analysis.delta`) is the paired
-difference to the baseline method over (problem, seed) pairs with its 95% bootstrap interval
+with one seed both are "n/a". Next to each, "Δ vs <baseline>" (`analysis.delta`; the
+baseline is `DeltaOptions.baseline`, DAPO by default) is the paired difference to the
+baseline method over (problem, seed) pairs with its 95% bootstrap interval
 (kept with one seed: then the pairs are the problems). Accuracies are shown in percent with
 two decimals (0.59375 -> 59.38), as in the paper; Δ in percentage points; the CSV keeps
 fractions. Beside each benchmark's Last, "KL Last" is the KL to the initial model that the
@@ -18,9 +19,10 @@ Per column the best displayed mean is bold and the second best underlined (dense
 the rounded, displayed numbers: everything tied at the top is bold, everything tied at the
 next distinct value is underlined; a column with fewer than two numbers gets no marks).
 
-Run: part of `python -m analysis report ...`. Library: `last_best_tables(eval_df, run_dirs=...,
-delta=...)` gives {scorer: tidy table}; `write_last_best_tables(tables, out_dir)` writes each
-as `last_best_<scorer>.{csv,md,tex}`.
+Run: part of `python -m analysis report ...`. Library: `last_best_tables(eval_df, metric,
+run_dirs=..., delta=...)` gives {scorer: tidy table} (metric "mean" = Mean@n unless told);
+`write_last_best_tables(tables, out_dir)` writes each as `table_stem(scorer, metric)` +
+`.{csv,md,tex}` (`last_best_<scorer>`, with `_<metric>` for another metric).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.delta import DELTA_COLUMNS, DeltaOptions, deltas_vs_baseline
-from analysis.metrics import MetricMeta, metric_meta
 from analysis.stats import seed_interval
+from common.metrics import MetricMeta, metric_meta
 from eval.benchmarks import BENCHMARKS
 
 STATS = ("last", "best")

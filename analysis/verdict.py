@@ -20,7 +20,6 @@ import math
 
 import pandas as pd
 
-from analysis.metrics import metric_meta
 from analysis.stats import PairedDelta
 from analysis.tables import (
     benchmark_display,
@@ -30,6 +29,7 @@ from analysis.tables import (
     metric_name,
     signed,
 )
+from common.metrics import metric_meta
 
 VERDICT_STAT = "last"
 

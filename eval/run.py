@@ -43,18 +43,18 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     checkpoint: str  # HF checkpoint directory (weights + tokenizer)
-    benchmark: str  # one of eval.benchmarks.BENCHMARKS
+    benchmark: BENCHMARKS.Name  # one of eval.benchmarks.BENCHMARKS
     out: str  # output directory; gets <benchmark>.jsonl and <benchmark>.json
     n: int = Field(32, ge=1)  # samples per problem (Mean@n)
     temperature: float = Field(1.0, ge=0.0)  # 0 = greedy
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(8192, ge=1)  # always explicit (vLLM defaults to 16)
     template: TEMPLATES.Name = "dapo"  # prompt template in common.prompts.TEMPLATES
-    backend: str = "hf"  # generation engine in common.generation.ENGINES
+    backend: ENGINES.Name = "hf"  # generation engine in common.generation.ENGINES
     seed: int = 0  # sampling seed and bootstrap seed
     step: int | None = None  # training step recorded in the summary (null: not a run)
     benchmark_file: str | None = None  # local JSONL/parquet instead of the hub source
-    scorers: tuple[str, ...] = tuple(grading.SCORERS)
+    scorers: tuple[grading.SCORERS.Name, ...] = Field(tuple(grading.SCORERS), min_length=1)
     ks: tuple[int, ...] | None = None  # pass@k / maj@k values; default 1, 2, 4, ..., n
     batch_size: int = Field(64, ge=1)  # hf backend: rows per generate call
     limit: int | None = Field(None, ge=1)  # first `limit` problems only (quick looks)
@@ -67,27 +67,9 @@ class EvalConfig(BaseModel):
     progress: bool = True
     kl: bool = True  # KL to the initial model named in the checkpoint's run config (eval/kl.py)
 
-    @field_validator("benchmark")
-    @classmethod
-    def _known_benchmark(cls, v: str) -> str:
-        if v not in BENCHMARKS:
-            raise ValueError(f"benchmark={v!r} is not registered; choose one of {list(BENCHMARKS)}")
-        return v
-
-
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, v: str) -> str:
-        if v not in ENGINES:
-            raise ValueError(f"backend={v!r} is not registered; choose one of {list(ENGINES)}")
-        return v
-
     @field_validator("scorers")
     @classmethod
-    def _known_scorers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [s for s in v if s not in grading.SCORERS]
-        if bad or not v:
-            raise ValueError(f"scorers={list(v)} invalid; choose from {grading.SCORERS.names()}")
+    def _unique_scorers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(v))
 
     @model_validator(mode="after")

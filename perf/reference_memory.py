@@ -61,7 +61,7 @@ def one_run(model: str, method: str, device: str, out: str) -> dict:
     trainer.setup(track=False)
     for _ in range(2):
         trainer.step()
-    models = [trainer.model] + ([trainer.reference.model] if trainer.reference.held else [])
+    models = [trainer.model] + ([trainer.ref_schedule.model] if trainer.ref_schedule.held else [])
     held = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()

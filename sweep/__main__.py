@@ -12,9 +12,12 @@ import argparse
 import json
 import sys
 
+from common.files import read_run_id
+
 from .checks import check_inputs
 from .expand import expand
 from .spec import SweepConfig, SweepError, load_sweep
+from .tracking import sync_pending
 
 
 def schema() -> dict:
@@ -57,10 +60,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sync(args) -> int:
-    from common.files import read_run_id
-
-    from .tracking import sync_pending
-
     attached, failed = sync_pending(args.sweep_dir, args.uri, args.experiment,
                                     read_run_id(args.parent_run_id_file))
     print(f"MLflow sync: {len(attached)} run(s) attached {attached}; "

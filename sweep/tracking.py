@@ -18,6 +18,8 @@ from pathlib import Path
 
 from common.layout import RunDir, SweepDir
 from common.tracking import client, ensure_experiment, mark_pending, short_error
+from eval.run import summary_metrics
+from trainer.tracking import attach_run
 
 from .spec import SweepConfig
 
@@ -91,8 +93,6 @@ def pending_digest(run_dirs: list[Path]) -> str:
 
 def _eval_rows(run_dir: Path) -> list[tuple[int, dict]]:
     """(step, MLflow metrics) of every evaluation summary of a run."""
-    from eval.run import summary_metrics
-
     rows = []
     for path in sorted(RunDir(run_dir).eval_root.glob("step_*/*.json")):
         try:
@@ -110,8 +110,6 @@ def sync_pending(sweep_dir: str | Path, uri: str, experiment: str,
 
     Never raises on MLflow trouble: a run that fails stays pending, with a warning.
     """
-    from trainer.tracking import attach_run
-
     attached, failed = [], []
     for run_dir in pending_runs(sweep_dir):
         try:

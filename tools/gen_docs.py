@@ -253,7 +253,7 @@ def gen_audit_corrections() -> str:
 
 
 def gen_metrics() -> str:
-    from analysis import metrics as registry
+    from common import metrics as registry
 
     metas = list(registry.load_metric_meta().values())
     metas += [registry.metric_meta(f"{family}_4") for family in ("pass_at", "maj_at")]

@@ -34,12 +34,12 @@ from common.generation import ENGINES
 from common.grading import SCORERS
 from common.layout import RunDir, SweepDir
 from common.prompts import TEMPLATES
-from trainer.optimizers import check_optimizer
+from trainer.optimizers import OPTIMIZERS
 
 # Names come from the registries that own them; these types only spell them for pydantic.
 TemplateName = TEMPLATES.Name
 ScorerName = SCORERS.Name
-EngineName = Literal[tuple(ENGINES)]
+EngineName = ENGINES.Name
 
 
 class _Section(BaseModel):
@@ -212,9 +212,9 @@ class OptimConfig(_Section):
     """AdamW (or schedule-free AdamW) with linear warmup then constant LR; K epochs of
     mini-batch updates per step."""
 
-    optimizer: str = Field(
-        "adamw", description="a registered optimizer (trainer.optimizers: adamw, "
-        "schedule_free_adamw); schedule-free checkpoints hold its averaged weights x")
+    optimizer: OPTIMIZERS.Name = Field(
+        "adamw", description="a registered optimizer (trainer.optimizers.OPTIMIZERS); "
+        "schedule-free checkpoints hold its averaged weights x")
     steps: int = Field(100, ge=1, description="RL steps (one rollout batch each)")
     lr: float = Field(2e-4, gt=0, description="tiny default; the paper uses 1e-6 at 4B-8B")
     warmup_rl_steps: int = Field(
@@ -238,11 +238,6 @@ class OptimConfig(_Section):
         "model.attn_implementation: flash_attention_2 (variable-length kernels); sdpa/eager "
         "get a block-diagonal mask. The token budget then counts real tokens")
     max_nonfinite_in_row: int = Field(3, ge=1, description="stop after this many skipped updates")
-
-    @field_validator("optimizer")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        return check_optimizer(v)  # raises, listing the registered optimizers
 
 
 class CheckpointConfig(_Section):

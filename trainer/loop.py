@@ -41,6 +41,7 @@ from algorithms import (
 )
 from common.files import read_yaml, write_atomic
 from common.layout import RunDir
+from common.metrics import metric_meta
 from common.prompts import build_prompt, encode_prompts
 from trainer import distributed
 from trainer.checkpoint import (
@@ -62,7 +63,9 @@ from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cp
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
 
-MAX_METRICS = ("is_weight_max",)  # reported as the maximum over every update of the step
+# Loss metrics reported as the maximum over a step's updates (micro-batches, mini-batches,
+# epochs, ranks): those whose declared aggregation is "max"; the rest are weighted means.
+MAX_OVER_UPDATES = frozenset(k for k in LOSS_METRICS if metric_meta(k).aggregation == "max")
 
 
 def mb_rows(micro: torch.Tensor, device) -> torch.Tensor:
@@ -72,8 +75,8 @@ def mb_rows(micro: torch.Tensor, device) -> torch.Tensor:
 
 def add_metric(sums: dict, key: str, value: torch.Tensor, weight=None) -> None:
     """Running aggregate of a loss metric over micro- and mini-batches: the maximum for
-    MAX_METRICS, else the (weighted) sum."""
-    if key in MAX_METRICS:
+    MAX_OVER_UPDATES, else the (weighted) sum."""
+    if key in MAX_OVER_UPDATES:
         sums[key] = value if key not in sums else torch.maximum(sums[key], value)
     else:
         sums[key] = sums.get(key, 0.0) + (value if weight is None else value * weight)
@@ -363,19 +366,22 @@ class Trainer:
         """The reference (from the initial weights, before any resume state is loaded: a
         "fixed" reference is the initial policy) and the log-prob modules (FSDP2 roots when
         distributed; see trainer.distributed)."""
-        ref, m = self.cfg.method.reference, self.cfg.model
-        self.reference = Reference(self.method.reference, self.model,
-                                   dtype=reference_dtype(m.reference_dtype, self.autocast),
-                                   empty=self.world.distributed,
-                                   **ref.model_dump(exclude={"schedule"}))
+        # method.reference (a ReferenceConfig) holds the schedule's knobs; the resolved
+        # method's `reference` is the schedule's name (the method's default or the override).
+        ref_settings, m = self.cfg.method.reference, self.cfg.model
+        schedule_name = self.method.reference
+        self.ref_schedule = Reference(schedule_name, self.model,
+                                      dtype=reference_dtype(m.reference_dtype, self.autocast),
+                                      empty=self.world.distributed,
+                                      **ref_settings.model_dump(exclude={"schedule"}))
         full = distributed.full_state_on_rank0(PolicyLogProbs(self.model), self.world)
         # decoder layers compute in the autocast dtype (FSDP2's mixed-precision policy)
         self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type,
                                         param_dtype=self.autocast)
-        self.ref_policy = (distributed.shard(PolicyLogProbs(self.reference.model), self.world,
+        self.ref_policy = (distributed.shard(PolicyLogProbs(self.ref_schedule.model), self.world,
                                              self.device.type, param_dtype=self.autocast,
                                              offload=m.reference_offload)
-                           if self.reference.held else None)
+                           if self.ref_schedule.held else None)
         if self.world.distributed:
             distributed.load_from_rank0(self.policy, full, self.world, self.device)
             if self.ref_policy is not None:
@@ -402,7 +408,7 @@ class Trainer:
         if "reference" in templates:
             distributed.set_sharded_state(self.ref_policy, templates["reference"])
         self.sampler.load_state_dict(state["sampler"])
-        self.reference.load_state_dict(state["reference"])
+        self.ref_schedule.load_state_dict(state["reference"])
         self.global_step = state["step"]
         self.nonfinite_skips = state["nonfinite_skips"]
         self.nonfinite_in_row = state["nonfinite_in_row"]
@@ -430,11 +436,11 @@ class Trainer:
         reference's schedule, and whether the reference's weights are saved too."""
         payload = {
             "step": self.global_step, "sampler": self.sampler.state_dict(),
-            "reference": self.reference.counters(),
+            "reference": self.ref_schedule.counters(),
             "nonfinite_skips": self.nonfinite_skips, "nonfinite_in_row": self.nonfinite_in_row,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
         }
-        if self.reference.refreshed:
+        if self.ref_schedule.refreshed:
             payload["reference_weights"] = True  # its weights are saved sharded too
         return payload
 
@@ -639,7 +645,7 @@ class Trainer:
         """Backward of one mini-batch `rows` (this rank's share of it), micro-batch by
         micro-batch, each loss weighted so that the gradients sum, over micro-batches and
         ranks, to those of the mini-batch's loss whatever the grouping. Returns the
-        mini-batch loss and its weighted metric sums (maxima for MAX_METRICS), all global."""
+        mini-batch loss and its weighted metric sums (maxima for MAX_OVER_UPDATES), all global."""
         token_mean = self.loss_cfg.agg == "token-mean"
         mini_tokens = batch.response_mask[rows].sum().clamp_min(1.0)
         total_loss = torch.zeros((), device=self.device)
@@ -672,9 +678,9 @@ class Trainer:
                     add_metric(sums, k, metrics[k], w)
         total_loss = distributed.all_sum(total_loss, self.world)
         for k in LOSS_METRICS:
-            v = sums.get(k, torch.tensor(float("-inf") if k in MAX_METRICS else 0.0,
+            v = sums.get(k, torch.tensor(float("-inf") if k in MAX_OVER_UPDATES else 0.0,
                                          device=self.device))
-            sums[k] = (distributed.all_max if k in MAX_METRICS else distributed.all_sum)(
+            sums[k] = (distributed.all_max if k in MAX_OVER_UPDATES else distributed.all_sum)(
                 v.reshape(()).clone(), self.world)
         return total_loss, sums
 
@@ -699,7 +705,7 @@ class Trainer:
         if bool(torch.isfinite(total_loss) & torch.isfinite(grad_norm)):
             self.optimizer.step()
             self.nonfinite_in_row = 0
-            self.reference.after_optimizer_step()
+            self.ref_schedule.after_optimizer_step()
             return grad_norm.item()
         self.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_skips += 1
@@ -736,7 +742,7 @@ class Trainer:
                 grad_norm = self._optimizer_step(params, total_loss)
                 if grad_norm is not None:
                     grad_norms.append(grad_norm)
-        out = {k: (v if k in MAX_METRICS else v / n_mini).item() for k, v in sums.items()}
+        out = {k: (v if k in MAX_OVER_UPDATES else v / n_mini).item() for k, v in sums.items()}
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else None
         return out
 
@@ -765,7 +771,7 @@ class Trainer:
         metrics.update(learned)
         metrics.update({
             "lr": self.optimizer.param_groups[0]["lr"], "nonfinite_skips": self.nonfinite_skips,
-            "ref_updates": self.reference.updates, "time_rollout": t_rollout, **times,
+            "ref_updates": self.ref_schedule.updates, "time_rollout": t_rollout, **times,
             "time_step": t_step, "tokens_per_sec": tokens / t_step if t_step > 0 else None,
         })
         return metrics
@@ -778,7 +784,7 @@ class Trainer:
         t1 = time.perf_counter()
         old_logp, entropy = self.logprobs_no_grad(self.policy, batch, with_entropy=True)
         ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
-                    if self.reference.held else None)
+                    if self.ref_schedule.held else None)
         t_logprob = time.perf_counter() - t1
         mask = batch.response_mask
         metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
@@ -802,7 +808,7 @@ class Trainer:
         self.engine.sync_weights(self.model)
         t_update = time.perf_counter() - t2
         kl_ref = learned.get(self.cfg.method.reference.kl_metric)
-        self.reference.after_step(self.model, kl_ref if ref_logp is not None else None)
+        self.ref_schedule.after_step(self.model, kl_ref if ref_logp is not None else None)
         return learned, {"time_logprob": t_logprob, "time_update": t_update}
 
 
@@ -896,7 +902,7 @@ def _run_steps(trainer: Trainer, clock: Deadline, until_step: int | None = None)
             clock.record_step(time.monotonic() - t_step)
             steps_this_process += 1
             trainer.log(metrics)
-            _show_progress(bar, metrics, trainer.reference.held)
+            _show_progress(bar, metrics, trainer.ref_schedule.held)
 
             # -- checkpoint
             stop = bool(cfg.debug.stop_after_steps

@@ -24,12 +24,19 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
+from algorithms.registry import Registry
 
+# name -> builder(params, OptimConfig): the one list of `optim.optimizer` values
+OPTIMIZERS: Registry[Callable[[Iterable, object], torch.optim.Optimizer]] = Registry("optimizer")
+
+
+@OPTIMIZERS.register("adamw")
 def _adamw(params: Iterable, optim) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas,
                              weight_decay=optim.weight_decay)
 
 
+@OPTIMIZERS.register("schedule_free_adamw")
 def _schedule_free_adamw(params: Iterable, optim) -> torch.optim.Optimizer:
     import schedulefree  # a dependency; imported here so adamw runs need not load it
 
@@ -49,23 +56,9 @@ def _drop_empty_state(optimizer: torch.optim.Optimizer) -> None:
         del optimizer.state[p]
 
 
-# name -> builder(params, OptimConfig): the one list of `optim.optimizer` values
-OPTIMIZERS: dict[str, Callable[[Iterable, object], torch.optim.Optimizer]] = {
-    "adamw": _adamw,
-    "schedule_free_adamw": _schedule_free_adamw,
-}
-
-
-def check_optimizer(name: str) -> str:
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optim.optimizer={name!r} is not registered; choose one of "
-                         f"{', '.join(OPTIMIZERS)}")
-    return name
-
-
 def build_optimizer(params: Iterable, optim) -> torch.optim.Optimizer:
     """The optimizer `optim.optimizer` names over `params`, from an OptimConfig."""
-    return OPTIMIZERS[check_optimizer(optim.optimizer)](params, optim)
+    return OPTIMIZERS.get(optim.optimizer)(params, optim)
 
 
 def has_eval_weights(optimizer: torch.optim.Optimizer) -> bool:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.generation import Engine, Sample, get_engine
-from common.generation.hf import HFEngine
+from common.generation import ENGINES, Engine, Sample
 
 # Logged every step (None with the hf engine, which samples from the training model itself).
 LOGPROB_GAP_METRICS = ("rollout_logprob_gap_mean", "rollout_logprob_gap_max")
@@ -55,35 +54,18 @@ class RolloutEngine:
         self.engine.sync_weights(model)
 
 
-def engine_dtype(model, compute_dtype: torch.dtype | None, vllm_dtype: str | None = None) -> str:
-    """vLLM's dtype: `rollout.vllm_dtype` when given, else the trainer's forward dtype
-    (autocast, else the weights' own)."""
-    if vllm_dtype is not None:
-        return vllm_dtype
-    dtype = compute_dtype or next(model.parameters()).dtype
-    return str(dtype).removeprefix("torch.")
-
-
 def make_engine(rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
                 compute_dtype: torch.dtype | None = None) -> RolloutEngine:
-    """The engine named by `rollout_cfg.engine` (a trainer.config.RolloutConfig).
+    """The engine named by `rollout_cfg.engine` (a trainer.config.RolloutConfig), set up
+    by its own `Engine.for_rollout`.
 
     An engine that holds its own copy of the weights gets the training model's at once:
     the model may have been resumed, and at `vllm_sleep_level: 2` vLLM discards the
     weights it loaded from `model_path` when it first sleeps.
     """
-    get_engine(rollout_cfg.engine)  # an unknown name fails here, listing the registered ones
-    if rollout_cfg.engine == "hf":
-        engine = HFEngine(model, tokenizer, batch_size=rollout_cfg.gen_batch_size)
-    elif rollout_cfg.engine == "vllm":
-        engine = get_engine("vllm")(
-            model_path, tokenizer, seed=seed, dtype=engine_dtype(model, compute_dtype, rollout_cfg.vllm_dtype),
-            gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
-            max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,
-            sleep_level=rollout_cfg.vllm_sleep_level)
-    else:
-        raise ValueError(f"rollout.engine={rollout_cfg.engine!r} has no rollout set-up in "
-                         "trainer/rollout.py make_engine")
+    engine = ENGINES.get(rollout_cfg.engine).for_rollout(
+        rollout_cfg, model, tokenizer, model_path=model_path, seed=seed,
+        compute_dtype=compute_dtype)
     rollout = RolloutEngine(engine, rollout_cfg.temperature, rollout_cfg.top_p,
                             rollout_cfg.max_new_tokens)
     rollout.sync_weights(model)

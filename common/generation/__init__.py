@@ -8,9 +8,10 @@
 
 Adding an engine (e.g. SGLang) is one class in one file: subclass `base.Engine`, set
 `name`, implement `from_checkpoint`, `generate` and `load_weights` (and `sleep`/`wake` if it
-can release memory), decorate it with `@register_engine`, and import its module below.
+can release memory; `for_rollout` if a training run should start it other than from the
+run's checkpoint), decorate it with `@register_engine`, and import its module below.
 Every list of engine names (the eval CLI's choices, the trainer's `rollout.engine`, the
-sweep's `eval.backend`) is `ENGINES`.
+sweep's `eval.backend`) is `ENGINES`, an `algorithms.registry.Registry`.
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ from common.generation.base import (
     EngineOptions,
     Sample,
     check_checkpoint,
-    get_engine,
     register_engine,
 )
 
 
 def start_engine(name: str, checkpoint: str | Path, options: EngineOptions) -> Engine:
     """Start engine `name` on an HF checkpoint directory."""
-    return get_engine(name).from_checkpoint(checkpoint, options)
+    return ENGINES.get(name).from_checkpoint(checkpoint, options)
 
 
-__all__ = ["ENGINES", "Engine", "EngineOptions", "Sample", "check_checkpoint", "get_engine",
+__all__ = ["ENGINES", "Engine", "EngineOptions", "Sample", "check_checkpoint",
            "register_engine", "start_engine"]

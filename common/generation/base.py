@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from algorithms.registry import Registry
+
 FINISH_REASONS = ("stop", "length")
 # Files any of which means "a tokenizer is saved here" (fast, sentencepiece, or legacy BPE).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -185,11 +187,22 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+def forward_dtype(model, compute_dtype: torch.dtype | None, override: str | None = None) -> str:
+    """The engine's dtype option: `override` (`rollout.vllm_dtype`) when given, else the
+    training model's forward dtype: the autocast dtype, else the weights' own ("float32",
+    "bfloat16", ...)."""
+    if override is not None:
+        return override
+    dtype = compute_dtype or next(model.parameters()).dtype
+    return str(dtype).removeprefix("torch.")
+
+
 class Engine(ABC):
     """n samples per prompt from a causal LM; weights replaceable in place.
 
     Subclasses set `name` (the registry key, see common.generation) and implement
-    `from_checkpoint`, `generate` and `load_weights`. `sleep`/`wake` default to nothing.
+    `from_checkpoint`, `generate` and `load_weights`. `for_rollout` defaults to starting
+    from the run's checkpoint; `sleep`/`wake` default to nothing.
     """
 
     name: str = ""
@@ -199,6 +212,18 @@ class Engine(ABC):
     @abstractmethod
     def from_checkpoint(cls, path: str | Path, options: EngineOptions) -> Engine:
         """Start the engine on an HF checkpoint directory (weights + tokenizer)."""
+
+    @classmethod
+    def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
+                    compute_dtype: torch.dtype | None = None) -> Engine:
+        """The engine a training run samples from (`rollout_cfg`: the run config's
+        trainer.config.RolloutConfig; `model`: the training model). By default the engine
+        starts on the run's initial checkpoint in the model's forward dtype; the trainer
+        pushes its current weights in at once (`sync_weights`), so any registered engine can
+        serve rollouts. Engines with their own set-up (hf: the model itself) override it."""
+        options = EngineOptions(dtype=forward_dtype(model, compute_dtype), seed=seed,
+                                batch_size=rollout_cfg.gen_batch_size)
+        return cls.from_checkpoint(model_path, options)
 
     @abstractmethod
     def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
@@ -235,21 +260,10 @@ class Engine(ABC):
         """End the engine before the process's distributed group is destroyed."""
 
 
-ENGINES: dict[str, type[Engine]] = {}  # name -> class; filled by @register_engine
+# name -> engine class; filled by @register_engine. Every list of engine names is this one.
+ENGINES: Registry[type[Engine]] = Registry("engine")
 
 
 def register_engine(cls: type[Engine]) -> type[Engine]:
     """Class decorator: make `cls` available under `cls.name`."""
-    if not cls.name or cls.name in ENGINES:
-        raise ValueError(f"engine {cls.__name__}: name {cls.name!r} is empty or taken")
-    ENGINES[cls.name] = cls
-    return cls
-
-
-def get_engine(name: str) -> type[Engine]:
-    """The engine class registered as `name`."""
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise ValueError(f"engine {name!r} is not registered; choose one of {list(ENGINES)}"
-                         ) from None
+    return ENGINES.register(cls.name, cls)

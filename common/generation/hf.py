@@ -256,6 +256,12 @@ class HFEngine(Engine):
         return cls(model, tokenizer, batch_size=options.batch_size, progress=options.progress,
                    checkpoint=path)
 
+    @classmethod
+    def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
+                    compute_dtype: torch.dtype | None = None) -> HFEngine:
+        """Rollouts from the training model itself: no copy, no weights to push."""
+        return cls(model, tokenizer, batch_size=rollout_cfg.gen_batch_size)
+
     def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
                  max_new_tokens: int, seed: int) -> list[list[Sample]]:
         return hf_generate(self.model, self.tokenizer, prompts, n=n, temperature=temperature,

@@ -40,6 +40,7 @@ from common.generation.base import (
     Weights,
     check_checkpoint,
     check_sampling,
+    forward_dtype,
     register_engine,
 )
 from common.prompts import encode_prompts
@@ -201,6 +202,17 @@ class VLLMEngine(Engine):
                    gpu_memory_utilization=options.gpu_memory_utilization,
                    max_model_len=options.max_model_len,
                    tensor_parallel_size=options.tensor_parallel_size, progress=options.progress)
+
+    @classmethod
+    def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
+                    compute_dtype: torch.dtype | None = None) -> VLLMEngine:
+        """vLLM beside the training model, in its forward dtype (or `rollout.vllm_dtype`),
+        asleep between rollouts."""
+        dtype = forward_dtype(model, compute_dtype, rollout_cfg.vllm_dtype)
+        return cls(model_path, tokenizer, seed=seed, dtype=dtype,
+                   gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
+                   max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,
+                   sleep_level=rollout_cfg.vllm_sleep_level)
 
     def sleep(self) -> None:
         if self.sleeps and self.state != "asleep":

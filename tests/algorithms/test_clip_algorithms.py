@@ -41,22 +41,17 @@ def kl_coef(w):  # d/dlogp of beta * (w log w - w) with q = 1
     return BETA * w * math.log(w)
 
 
+@pytest.mark.parametrize("form", ["reinforce", "differentiable"])
 @pytest.mark.parametrize("w, adv, region", CASES)
-def test_algorithm2_rpg_style_clip(w, adv, region):
-    _, g, m = run("reinforce", w, adv)
+def test_dual_clip_algorithms(form, w, adv, region):
+    """Inside the trust region both forms give the unclipped gradient. Clipped, Algorithm 2
+    (RPG-Style Clip, REINFORCE form) drops the whole token's weight; Algorithm 1 (dual clip,
+    differentiable form) keeps the KL term's gradient and clips the loss value."""
+    loss, g, m = run(form, w, adv)
     if region is None:
         assert g == pytest.approx(-w * adv + kl_coef(w), rel=1e-9)
-    else:
+    elif form == "reinforce":
         assert g == 0.0  # the whole token's weight is dropped
-    for name in ("upper", "lower", "dual"):
-        assert float(m[f"clip_frac_{name}"]) == (1.0 if region == name else 0.0)
-
-
-@pytest.mark.parametrize("w, adv, region", CASES)
-def test_algorithm1_dual_clip(w, adv, region):
-    loss, g, m = run("differentiable", w, adv)
-    if region is None:
-        assert g == pytest.approx(-w * adv + kl_coef(w), rel=1e-9)
     else:
         assert g == pytest.approx(kl_coef(w), rel=1e-9, abs=1e-15)  # KL term still flows
         bound = {"upper": 1.28, "lower": 0.8, "dual": 3.0}[region]

@@ -153,52 +153,24 @@ def test_bad_options_fail_before_writing(sweep, tmp_path):
     assert main(["nonsense"]) == 2
 
 
+def report_cli(sweep, out, *args: str) -> subprocess.CompletedProcess:
+    """`python -m analysis report` in a subprocess, as Snakemake's report rule calls it."""
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", "report", "--sweep-dir", str(sweep), "--out",
+         str(out), *args],
+        capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
 def test_cli_end_to_end(sweep, tmp_path):
     out = tmp_path / "cli"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis",
-            "report",
-            "--sweep-dir",
-            str(sweep),
-            "--out",
-            str(out),
-            "--paper-setting",
-            "model=Qwen3-4B,context=8k",
-            "--reference",
-            str(REFERENCE_CSV),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    proc = report_cli(sweep, out, "--paper-setting", "model=Qwen3-4B,context=8k",
+                      "--reference", str(REFERENCE_CSV), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"wrote {out / 'report.md'}"
     md = (out / "report.md").read_text()
     assert "## Paper vs ours" in md and "| DAPO | AIME24 | 54.38 | 50.00 |" in md
     _assert_links_exist(md, out)
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis",
-            "report",
-            "--sweep-dir",
-            str(sweep),
-            "--out",
-            str(tmp_path / "bad"),
-            "--paper-setting",
-            "modl=Qwen3-4B",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    bad = report_cli(sweep, tmp_path / "bad", "--paper-setting", "modl=Qwen3-4B")
     assert bad.returncode == 2 and "'modl'" in bad.stderr
     assert not (tmp_path / "bad").exists()
 

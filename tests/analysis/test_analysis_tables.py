@@ -11,7 +11,6 @@ from analysis_fixtures import write_run
 
 from analysis.collect import collect
 from analysis.delta import DeltaOptions
-from analysis.metrics import metric_meta
 from analysis.tables import (
     benchmark_order,
     last_best_table,
@@ -22,6 +21,7 @@ from analysis.tables import (
     render_markdown,
     write_last_best_tables,
 )
+from common.metrics import metric_meta
 
 
 def _col(sweep):

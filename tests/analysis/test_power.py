@@ -103,9 +103,9 @@ def test_report_verdict_states_the_detectable_difference(sweep, tmp_path):
 def test_records_without_any_variation_give_no_detectable_difference(tmp_path):
     from analysis_fixtures import write_run
 
-    from analysis.metrics import metric_meta
     from analysis.power import detectable_by_benchmark, sweep_power
     from analysis.verdict import detectable_sentence
+    from common.metrics import metric_meta
 
     for label in ("DAPO", "GRPO"):
         for seed in (0, 1):

@@ -110,6 +110,32 @@ def test_an_advantage_estimator(monkeypatch, tiny_dir, tmp_path):
     assert len(metric_lines(out)) == 2 and calls == [16, 16]  # once per step, 4 x 4 samples
 
 
+# --- a generation engine -----------------------------------------------------------------------
+
+
+def test_a_generation_engine(monkeypatch, tiny_dir, tmp_path):
+    from common.generation import ENGINES
+    from common.generation.hf import HFEngine
+
+    prompts = []
+
+    class Counting(HFEngine):  # the hf engine's rollout set-up, generate counted
+        name = "counting"
+
+        def generate(self, prompts_, **kw):
+            prompts.append(len(prompts_))
+            return super().generate(prompts_, **kw)
+
+    monkeypatch.setitem(ENGINES, Counting.name, Counting)  # = @register_engine on the class
+    out = train(run_cfg(tiny_dir, tmp_path / "e", rollout={
+        "engine": "counting", "n": 4, "prompts_per_step": 4, "max_new_tokens": 16,
+        "overlong_buffer": 4, "dynamic_sampling": False}))
+    assert [r["step"] for r in metric_lines(out)] == [1, 2] and prompts == [4, 4]
+    monkeypatch.delitem(ENGINES, Counting.name)
+    with pytest.raises(ValueError, match="engine='counting' is not registered"):
+        run_cfg(tiny_dir, tmp_path / "f", rollout={"engine": "counting"})
+
+
 # --- a benchmark ------------------------------------------------------------------------------
 
 

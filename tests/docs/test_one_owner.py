@@ -47,20 +47,21 @@ def path_literals(path: Path, root: Path = REPO) -> list[str]:
             if PATH_PIECE.search(text)]
 
 
-def test_the_scan_sees_what_it_looks_for(tmp_path):
+@pytest.mark.parametrize("name, text, caught", [
+    ("x.smk", 'rule a:\n    """Writes <sweep>/runs/."""\n    output:\n'
+              '        f"{OUT}/runs/{{run_id}}/DONE",\n        str(RUN.done),\n'
+              '        "see runs/ for details",\n    log:\n        f"{OUT}/tables",\n',
+     ["'{OUT}/runs/{{run_id}}/DONE'", "'{OUT}/tables'"]),
+    ("m.py", '"""Reads <sweep>/runs/<id>/config.yaml."""\n'
+             'x = root / "runs"\ny = f"eval/{bench}/mean"\nz = run / "eval" / "step_1"\n'
+             'w = out / "report.md"\n',
+     ["'runs'", "'report.md'"]),
+])
+def test_the_scan_sees_what_it_looks_for(tmp_path, name, text, caught):
     """The check itself: literal layout pieces are caught, layout calls and prose are not."""
-    rule = tmp_path / "x.smk"
-    rule.write_text('rule a:\n    """Writes <sweep>/runs/."""\n    output:\n'
-                    '        f"{OUT}/runs/{{run_id}}/DONE",\n        str(RUN.done),\n'
-                    '        "see runs/ for details",\n    log:\n        f"{OUT}/tables",\n')
-    assert [hit.split(": ", 1)[1] for hit in path_literals(rule, tmp_path)] == [
-        "'{OUT}/runs/{{run_id}}/DONE'", "'{OUT}/tables'"]
-    py = tmp_path / "m.py"
-    py.write_text('"""Reads <sweep>/runs/<id>/config.yaml."""\n'
-                  'x = root / "runs"\ny = f"eval/{bench}/mean"\nz = run / "eval" / "step_1"\n'
-                  'w = out / "report.md"\n')
-    assert [hit.split(": ", 1)[1] for hit in path_literals(py, tmp_path)] == [
-        "'runs'", "'report.md'"]
+    path = tmp_path / name
+    path.write_text(text)
+    assert [hit.split(": ", 1)[1] for hit in path_literals(path, tmp_path)] == caught
 
 
 @pytest.mark.parametrize("path", CODE, ids=lambda p: str(p.relative_to(REPO)))

@@ -65,7 +65,7 @@ def test_errors_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_benchmark("aime24", path=tmp_path / "missing.jsonl")
     bad = _write(tmp_path / "bad.jsonl", '{"problem": "x", "answer": "1"}\n{oops\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: malformed JSON"):
+    with pytest.raises(ValueError, match=r"bad.jsonl: line 2 is not a JSON object"):
         load_benchmark("aime24", path=bad)
     cols = _write(tmp_path / "cols.jsonl", '{"question": "x", "answer": "1"}\n')
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['problem'\]"):

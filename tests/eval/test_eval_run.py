@@ -160,7 +160,7 @@ def test_bad_input_fails_before_generation(tiny_checkpoint, benchmark_dir, tmp_p
     broken.write_text('{"problem": "1+1", "answer": "2"}\nnot json\n')
     cases = [
         (_args(no_tok, bench, tmp_path / "o1"), "has no tokenizer"),
-        (_args(tiny_checkpoint, broken, tmp_path / "o2"), "broken.jsonl:2: malformed JSON"),
+        (_args(tiny_checkpoint, broken, tmp_path / "o2"), "broken.jsonl: line 2 is not a JSON object"),
         (_args(tiny_checkpoint, tmp_path / "nope.jsonl", tmp_path / "o3"), "does not exist"),
         (_args(tiny_checkpoint, bench, tmp_path / "o4", "--ks", "1,8"), "need 1 <= k <= n"),
         (_args(tiny_checkpoint, bench, tmp_path / "o5", "--n", "0"), "n: Input should be"),

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from common.generation import EngineOptions, Sample, check_checkpoint, get_engine, start_engine
+from common.generation import ENGINES, EngineOptions, Sample, check_checkpoint, start_engine
 from common.generation.hf import (
     HFEngine,
     checkpoint_defaults_ignored,
@@ -102,10 +103,10 @@ def test_one_tokenization_rule(tiny_checkpoint):
 
 def test_hf_engine_and_registry(tiny_checkpoint):
     engine = start_engine("hf", tiny_checkpoint, EngineOptions(device="cpu"))
-    assert isinstance(engine, HFEngine) and get_engine("hf") is HFEngine
+    assert isinstance(engine, HFEngine) and ENGINES.get("hf") is HFEngine
     out = engine.generate(["x"], n=2, temperature=1.0, top_p=0.9, max_new_tokens=3, seed=0)
     assert len(out) == 1 and len(out[0]) == 2
-    with pytest.raises(ValueError, match="engine 'jax' is not registered"):
+    with pytest.raises(ValueError, match="engine='jax' is not registered"):
         start_engine("jax", tiny_checkpoint, EngineOptions())
 
 
@@ -225,7 +226,7 @@ def test_hf_generate_hits_tokens_outside_the_top_k_at_the_softmax_rate(opinionat
 def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
     """The recipe in docs/evaluation.md: subclass Engine, set `name`, register it; the
     evaluation then runs on it by name (here a greedy-only engine built on transformers)."""
-    from common.generation import ENGINES, Engine, register_engine
+    from common.generation import Engine, register_engine
     from eval.run import EvalConfig, evaluate
 
     @register_engine
@@ -254,9 +255,17 @@ def test_a_new_engine_is_one_registered_class(tiny_checkpoint, tmp_path):
         assert summary["sampling"]["backend"] == "greedy-only"
         rows = [json.loads(x) for x in (tmp_path / "toy.jsonl").read_text().splitlines()]
         assert rows[0]["completion"] == rows[1]["completion"]  # greedy: both samples agree
+        # Without its own for_rollout, a training run starts it on the run's checkpoint in
+        # the training model's dtype (then pushes the model's weights in).
+        model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint).to(torch.float64)
+        rollout = GreedyOnly.for_rollout(SimpleNamespace(gen_batch_size=8), model, None,
+                                         model_path=str(tiny_checkpoint), seed=0)
+        assert isinstance(rollout, GreedyOnly) and rollout.inner.batch_size == 8
+        assert rollout.inner.model.dtype == torch.float64
     finally:
-        ENGINES.pop("greedy-only")
-    with pytest.raises(ValueError, match="backend='greedy-only' is not registered"):
+        del ENGINES["greedy-only"]
+    with pytest.raises(ValueError, match=r"backend\s+Value error, engine='greedy-only' is not "
+                       r"registered; choose one of \['hf', 'vllm'\]"):
         EvalConfig(checkpoint="c", benchmark="toy", out="o", backend="greedy-only")
 
 

@@ -1,9 +1,13 @@
 """The sampler's log-probs mu the correction uses, and the engine dtype `rollout.vllm_dtype`
 chooses."""
 
+import pytest
 import torch
 
-from trainer.rollout import engine_dtype, sampler_logprobs
+from common.generation.base import forward_dtype
+from common.generation.vllm import VLLMEngine
+from trainer.config import RolloutConfig
+from trainer.rollout import sampler_logprobs
 
 
 def test_mu_is_the_engines_log_probs_where_it_returns_them():
@@ -18,7 +22,22 @@ def test_mu_is_the_engines_log_probs_where_it_returns_them():
 
 def test_vllm_dtype_overrides_the_trainers_dtype():
     model = torch.nn.Linear(2, 2)  # float32 weights
-    assert engine_dtype(model, None) == "float32"
-    assert engine_dtype(model, torch.bfloat16) == "bfloat16"
-    assert engine_dtype(model, None, "bfloat16") == "bfloat16"
-    assert engine_dtype(model, torch.float16, "float32") == "float32"
+    assert forward_dtype(model, None) == "float32"
+    assert forward_dtype(model, torch.bfloat16) == "bfloat16"
+    assert forward_dtype(model, None, "bfloat16") == "bfloat16"
+    assert forward_dtype(model, torch.float16, "float32") == "float32"
+
+
+@pytest.mark.parametrize("vllm_dtype, expected", [(None, "float32"), ("bfloat16", "bfloat16")])
+def test_the_vllm_rollout_engine_is_started_in_rollout_vllm_dtype(vllm_dtype, expected):
+    """The decision VLLMEngine.for_rollout makes, without starting vLLM: the dtype it is
+    constructed with."""
+    seen = {}
+
+    class Recorder(VLLMEngine):
+        def __init__(self, model_path, tokenizer, **kwargs):
+            seen.update(kwargs)
+
+    cfg = RolloutConfig(engine="vllm", vllm_dtype=vllm_dtype)
+    Recorder.for_rollout(cfg, torch.nn.Linear(2, 2), None, model_path="m", seed=0)
+    assert seen["dtype"] == expected and seen["sleep_between"] is True

@@ -32,8 +32,8 @@ def test_registry_builds_each_and_names_them_on_a_bad_value():
     assert isinstance(sf, schedulefree.AdamWScheduleFree)
     assert sf.param_groups[0]["train_mode"]  # gradients are taken at y from step 1
     assert set(OPTIMIZERS) == {"adamw", "schedule_free_adamw"}
-    with pytest.raises(ValueError, match=r"optim.optimizer='sgd' is not registered; choose "
-                       "one of adamw, schedule_free_adamw"):
+    with pytest.raises(ValueError, match=r"optimizer='sgd' is not registered; choose "
+                       r"one of \['adamw', 'schedule_free_adamw'\]"):
         OptimConfig(optimizer="sgd")
 
 

@@ -28,13 +28,13 @@ def test_reference_dtype_follows_the_compute_dtype():
 def test_held_reference_is_bf16_and_its_refresh_casts(make_cfg):
     t = Trainer(make_cfg("ref16", method={"name": "GRPO"}, model={"reference_dtype": "bfloat16"}))
     t.setup(track=False)
-    assert t.reference.held
-    assert {p.dtype for p in t.reference.model.parameters()} == {torch.bfloat16}
+    assert t.ref_schedule.held
+    assert {p.dtype for p in t.ref_schedule.model.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in t.model.parameters()} == {torch.float32}
     with torch.no_grad():
         next(t.model.parameters()).add_(1.0)
-    t.reference.refresh(t.model)
-    ref_w, pol_w = next(t.reference.model.parameters()), next(t.model.parameters())
+    t.ref_schedule.refresh(t.model)
+    ref_w, pol_w = next(t.ref_schedule.model.parameters()), next(t.model.parameters())
     assert ref_w.dtype == torch.bfloat16
     torch.testing.assert_close(ref_w, pol_w.to(torch.bfloat16))
 

@@ -11,64 +11,44 @@ from sweep import expand, parse_sweep
 from sweep.runconfig import merged, run_config
 from trainer.config import RunConfig
 
+
+def jobs(runs: int, *, tiny: bool = True, **extra: int) -> dict[str, int]:
+    """Exact job counts per rule of a sweep of `runs` runs: run_config, train and
+    evaluate_run once a run, the sweep-wide rules once (with the tiny model and its step-0
+    evaluation where the sweep builds it), plus `extra` rules."""
+    counts = {"tiny_model": 1, "evaluate_initial": 1} if tiny else {}
+    return {**counts, "run_config": runs, "train": runs, "evaluate_run": runs, "audit": 1,
+            "paper_figures": 1, "report": 1, "all": 1, **extra}
+
+
+def overlay(name: str, runs: int, **extra: int):
+    """The default sweep plus config/ablations/<name>.yaml, and its job counts."""
+    return ("config/default.yaml", f"config/ablations/{name}.yaml"), jobs(runs, **extra)
+
+
 # configfiles -> exact job counts per rule (the default has 3 seeds; its overlays inherit them)
-SHIPPED = {
-    ("config/default.yaml",): {"tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18, "evaluate_run": 18,
-                               "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
-    ("config/paper.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
-                             "paper_figures": 1, "report": 1, "all": 1},
-    ("config/single-gpu.yaml",): {"run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
-                                  "paper_figures": 1, "report": 1, "all": 1},
-    ("config/paper.yaml", "config/paper-4k.yaml"): {"run_config": 8, "train": 8, "evaluate_run": 8,
-                                                    "audit": 1, "paper_figures": 1, "report": 1,
-                                                    "all": 1},
-    ("config/paper.yaml", "config/paper-2k.yaml"): {"run_config": 6, "train": 6, "evaluate_run": 6,
-                                                    "audit": 1, "paper_figures": 1, "report": 1,
-                                                    "all": 1},
-    ("config/paper.yaml", "config/paper-qwen25-7b.yaml"): {
-        "run_config": 12, "train": 12, "evaluate_run": 12, "audit": 1, "paper_figures": 1,
-        "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/clip.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 24, "train": 24, "evaluate_run": 24, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/beta.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 24, "train": 24, "evaluate_run": 24, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/reference.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 24, "train": 24, "evaluate_run": 24, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/off-policy.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 30, "train": 30, "evaluate_run": 30, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/crosscheck.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18, "evaluate_run": 18, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1, "lighteval_env": 1, "crosscheck_benchmark": 2,
-        "lighteval": 36, "lighteval_summary": 36, "concordance": 1},
-    ("config/default.yaml", "config/ablations/baselines.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 15, "train": 15, "evaluate_run": 15, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/frontier.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 48, "train": 48, "evaluate_run": 48, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/divergence-js.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 9, "train": 9, "evaluate_run": 9, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/entropy.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 12, "train": 12, "evaluate_run": 12, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/mask-truncated.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/schedule-free.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/mismatch.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 108, "train": 108, "evaluate_run": 108,
-        "audit": 1, "paper_figures": 1, "report": 1, "all": 1},
-    ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
-        "tiny_model": 1, "evaluate_initial": 1, "run_config": 144, "train": 144, "evaluate_run": 144, "audit": 1,
-        "paper_figures": 1, "report": 1, "all": 1},
-}
+SHIPPED = dict([
+    (("config/default.yaml",), jobs(18)),
+    (("config/paper.yaml",), jobs(6, tiny=False)),
+    (("config/single-gpu.yaml",), jobs(6, tiny=False)),
+    (("config/paper.yaml", "config/paper-4k.yaml"), jobs(8, tiny=False)),
+    (("config/paper.yaml", "config/paper-2k.yaml"), jobs(6, tiny=False)),
+    (("config/paper.yaml", "config/paper-qwen25-7b.yaml"), jobs(12, tiny=False)),
+    overlay("clip", 24),
+    overlay("beta", 24),
+    overlay("reference", 24),
+    overlay("off-policy", 30),
+    overlay("crosscheck", 18, lighteval_env=1, crosscheck_benchmark=2, lighteval=36,
+            lighteval_summary=36, concordance=1),
+    overlay("baselines", 15),
+    overlay("frontier", 48),
+    overlay("divergence-js", 9),
+    overlay("entropy", 12),
+    overlay("mask-truncated", 6),
+    overlay("schedule-free", 6),
+    overlay("mismatch", 108),
+    overlay("axes-grid", 144),
+])
 
 
 def job_counts(stdout: str) -> dict[str, int]:

@@ -11,9 +11,9 @@ Accepted columns (auto-detected unless the config names them):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from common.files import read_jsonl
 from common.prompts import TEMPLATES
 
 _DAPO_HEAD, _DAPO_TAIL = TEMPLATES["dapo"].split("{problem}")
@@ -48,14 +48,7 @@ def _read_rows(source: str, split: str) -> list[dict]:
     if path.suffix == ".jsonl":
         if not path.is_file():
             raise FileNotFoundError(f"task.path={source} does not exist")
-        rows = []
-        for i, line in enumerate(path.read_text().splitlines()):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{source}: line {i + 1} is not JSON: {e}") from None
-        return rows
+        return read_jsonl(path)
     if path.suffix == ".parquet":
         if not path.is_file():
             raise FileNotFoundError(f"task.path={source} does not exist")

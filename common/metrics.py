@@ -6,7 +6,7 @@ plots and the report read direction (higher is better?), aggregation, display na
 format from here instead of guessing; a test checks that every key the trainer logs has an
 entry. This module imports nothing from the project, so a lower layer may import it too.
 
-    from analysis.metrics import metric_meta
+    from common.metrics import metric_meta
     metric_meta("acc_mean").format(0.59375)   # "59.38"
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+
+from algorithms.registry import Registry
 
 AGGREGATIONS = ("mean", "sum", "max", "last")
 FORMATS = ("percent", "float", "int", "seconds")
@@ -29,6 +31,8 @@ class MetricMeta:
     aggregation: how a run's per-step values reduce to one number for a run summary:
         "mean", "sum" (per-step counts and times), "max" (per-step maxima), or "last"
         (cumulative counters, and evaluation metrics whose Last/Best tables reduce them).
+        A loss metric (algorithms.LOSS_METRICS) is "mean" or "max", and the trainer reduces
+        it the same way over a step's updates (micro-batches, mini-batches, epochs, ranks).
         Across seeds every metric is averaged and given a standard error.
     fmt: "percent" (a fraction shown x100), "float", "int" or "seconds".
     decimals: digits after the point in the displayed value (after the x100 for percent).
@@ -143,25 +147,30 @@ _PATTERNS = [
 ]
 
 
+# name -> MetricMeta of the fixed-name metrics (training, then evaluation)
+METRICS: Registry[MetricMeta] = Registry("metric")
+for _meta in _TRAIN_METRICS + _EVAL_METRICS:
+    METRICS.register(_meta.name, _meta)
+
+
 def load_metric_meta() -> dict[str, MetricMeta]:
     """The registry of fixed-name metrics (training and evaluation), keyed by name.
 
     pass_at_<k> and maj_at_<k> are families; look them up with `metric_meta(name)`.
     """
-    return {m.name: m for m in _TRAIN_METRICS + _EVAL_METRICS}
+    return dict(METRICS)
 
 
 def metric_meta(name: str) -> MetricMeta:
     """Metadata of `name`, including pass_at_<k>/maj_at_<k>; KeyError lists what is known."""
-    registry = load_metric_meta()
-    if name in registry:
-        return registry[name]
+    if name in METRICS:
+        return METRICS[name]
     for pattern, display, desc in _PATTERNS:
         match = pattern.fullmatch(name)
         if match:
             k = match.group(1)
             return MetricMeta(name, display.format(k=k), True, "last", "percent", 2, desc)
     raise KeyError(
-        f"no metadata for metric {name!r}; known: {sorted(registry)} and the families "
-        "pass_at_<k>, maj_at_<k> (add it to analysis/metrics.py)"
+        f"no metadata for metric {name!r}; known: {sorted(METRICS)} and the families "
+        "pass_at_<k>, maj_at_<k> (add it to common/metrics.py)"
     )

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from analysis.metrics import load_metric_meta, metric_meta
+from common.metrics import load_metric_meta, metric_meta
 
 
 def test_every_key_the_trainer_logs_has_metadata(tmp_path):
@@ -71,3 +71,21 @@ def test_running_totals_aggregate_as_last():
     skips), so a run's summary is the last value, never the sum."""
     assert metric_meta("nonfinite_skips").aggregation == "last"
     assert metric_meta("ref_updates").aggregation == "last"
+
+
+def test_the_trainer_reduces_loss_metrics_over_updates_as_declared():
+    """A step's updates (here three, weights 0.5) reduce each loss metric by its declared
+    aggregation: "max" takes the largest value, "mean" the weighted sum."""
+    import torch
+
+    from algorithms import LOSS_METRICS
+    from trainer.loop import add_metric
+
+    sums: dict = {}
+    for value in (1.0, 4.0, 2.0):
+        for k in LOSS_METRICS:
+            add_metric(sums, k, torch.tensor(value), 0.5)
+    declared = {k: metric_meta(k).aggregation for k in LOSS_METRICS}
+    assert set(declared.values()) == {"mean", "max"}
+    assert {k: sums[k].item() for k in LOSS_METRICS} == {
+        k: 4.0 if agg == "max" else 3.5 for k, agg in declared.items()}
