@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -81,6 +81,8 @@ class Axes(Strict):
     beta: list[float] | None = None
     entropy_coef: list[float] | None = None  # LossConfig.entropy_coef, any method
     reference: list[ReferenceAxis] | None = None
+    # rollout.staleness (trainer.staleness): the sampler k weight pushes behind, any method
+    staleness: list[Annotated[int, Field(ge=0)]] | None = None
 
     def given(self) -> dict[str, list]:
         """Axis name -> values, for the axes the sweep sets."""

@@ -152,6 +152,7 @@ AXIS_EXAMPLES = {
     "beta": 1e-3,
     "entropy_coef": 1e-3,
     "reference": {"schedule": "every_k", "k": 5},
+    "staleness": 1,
 }
 # Axes whose example needs another axis to make a valid loss (sequence ratios are unclipped).
 COMPANIONS = {"ratio_level": {"clip": [None]}}
@@ -168,7 +169,7 @@ def test_every_sweep_axis_has_an_example():
 def test_a_sweep_axis_reaches_the_run_config(axis):
     """The sweep file accepts the axis, some method applies it, the run id spells it, and the
     trainer's run config carries it (loss axes in `method`, the reference schedule in
-    `method.reference`)."""
+    `method.reference`, staleness in `rollout`)."""
     value = AXIS_EXAMPLES[axis]
     schema = json.loads((Path(__file__).resolve().parents[2]
                          / "workflow/schemas/sweep.schema.json").read_text())
@@ -184,8 +185,11 @@ def test_a_sweep_axis_reaches_the_run_config(axis):
             assert value.upper() in cell.label, cell.label
         else:
             assert cell.run_id not in plain_ids, f"{cell.run_id}: the run id must name the axis"
-        resolved = parse_run_config(run_config(spec, cell), "cell").resolved_method()
-        if axis == "reference":
+        cfg = parse_run_config(run_config(spec, cell), "cell")
+        resolved = cfg.resolved_method()
+        if axis == "staleness":  # a rollout setting, not the method's
+            assert cfg.rollout.staleness == value
+        elif axis == "reference":
             assert resolved.reference == value["schedule"]
         elif axis == "clip":
             assert resolved.loss.clip == ClipConfig(**value)

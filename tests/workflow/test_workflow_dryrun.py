@@ -62,6 +62,9 @@ SHIPPED = {
     ("config/default.yaml", "config/ablations/schedule-free.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 6, "train": 6, "evaluate_run": 6, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
+    ("config/default.yaml", "config/ablations/staleness.yaml"): {
+        "tiny_model": 1, "evaluate_initial": 1, "run_config": 54, "train": 54, "evaluate_run": 54, "audit": 1,
+        "paper_figures": 1, "report": 1, "all": 1},
     ("config/default.yaml", "config/ablations/axes-grid.yaml"): {
         "tiny_model": 1, "evaluate_initial": 1, "run_config": 144, "train": 144, "evaluate_run": 144, "audit": 1,
         "paper_figures": 1, "report": 1, "all": 1},
