@@ -81,8 +81,9 @@ class Axes(Strict):
     beta: list[float] | None = None
     entropy_coef: list[float] | None = None  # LossConfig.entropy_coef, any method
     reference: list[ReferenceAxis] | None = None
-    # rollout.staleness (trainer.staleness): the sampler k weight pushes behind, any method
-    staleness: list[Annotated[int, Field(ge=0)]] | None = None
+    staleness: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="rollout.staleness values (trainer.staleness: the sampler k weight "
+        "pushes behind), any method; one process per train job")
 
     def given(self) -> dict[str, list]:
         """Axis name -> values, for the axes the sweep sets."""
