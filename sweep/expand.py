@@ -5,8 +5,9 @@ Rules (documented in config/README.md):
   2. An axis that does not apply to a method is collapsed for that method, with a note:
      divergence / form / ratio_level apply to RPG methods only; estimator / kl_placement /
      kl_importance_weight to penalty methods (objective ppo or reinforce) with a KL term;
-     beta and reference to methods with a KL term; clip, entropy_coef and correction
-     (`rollout.correction.mode`) to every method.
+     beta and reference to methods with a KL term; clip, entropy_coef and the rollout
+     settings correction (`rollout.correction.mode`) and staleness (`rollout.staleness`)
+     to every method.
   3. An applicable combination that `LossConfig` rejects is dropped with its reason; a value
      that is invalid on its own (e.g. beta < 0) is an error.
   4. Two cells with the same resolved settings are one cell (the first name wins).
@@ -34,7 +35,9 @@ RPG_ONLY = ("divergence", "form", "ratio_level")
 PENALTY_ONLY = ("estimator", "kl_placement", "kl_importance_weight")
 NEEDS_KL = ("beta", "reference")
 LOSS_AXES = RPG_ONLY + PENALTY_ONLY + ("clip", "beta", "entropy_coef")
-RUN_AXES = ("reference", "correction")  # set outside the loss: part of a cell's identity
+# Axes that set a run-config `rollout` key, not the method: axis -> its key path in `rollout`
+ROLLOUT_AXES = {"correction": ("correction", "mode"), "staleness": ("staleness",)}
+RUN_AXES = ("reference", *ROLLOUT_AXES)  # set outside the loss: part of a cell's identity
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Cell:
             "clip_dual_c": str(clip.dual_c if clip else None), "beta": _num(loss.beta),
             "agg": loss.agg, "advantage": self.method.advantage,
             "reference": self.method.reference,
-            **({"correction": self.axes["correction"]} if "correction" in self.axes else {}),
+            **{a: str(self.axes[a]) for a in ROLLOUT_AXES if a in self.axes},
         }
 
 
@@ -102,6 +105,8 @@ def _axis_token(axis: str, value) -> str:
         return f"ent{_num(value)}"
     if axis == "correction":
         return f"corr-{value.replace('_', '')}"
+    if axis == "staleness":
+        return f"stale{value}"
     if axis == "reference":
         extra = {"every_k": f"{value.get('k')}", "kl_target": f"{_num(value.get('kappa') or 0)}"}
         return f"ref-{value['schedule'].replace('_', '')}{extra.get(value['schedule'], '')}"
@@ -192,6 +197,7 @@ def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], li
     """All cells of `sweep` and the notes explaining collapsed axes and dropped cells."""
     axes = _jsonable(sweep.axes)
     _check_values(axes, source)
+    check_staleness_world(sweep, source)
     notes: list[str] = []
     cells: list[Cell] = []
     seen: dict[tuple, str] = {}
@@ -230,6 +236,30 @@ def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], li
     if not cells:
         raise SweepError(f"{source}: the grid has no valid cell:\n  " + "\n  ".join(notes))
     return cells, notes
+
+
+def rollout_settings(cell: Cell) -> dict:
+    """The run config's `rollout` keys the cell's axes set (correction mode, staleness)."""
+    out: dict = {}
+    for axis, path in ROLLOUT_AXES.items():
+        if axis in cell.axes:
+            node = out
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = cell.axes[axis]
+    return out
+
+
+def check_staleness_world(sweep: SweepConfig, source: str) -> None:
+    """Stale rollouts run on one process (trainer.staleness): refuse them with a multi-GPU
+    train job at parse time instead of in every job."""
+    train = sweep.resources.train
+    ks = [*(sweep.axes.staleness or []), (sweep.base.get("rollout") or {}).get("staleness", 0)]
+    if (train.gpus > 1 or train.nodes > 1) and any(ks):
+        raise SweepError(f"{source}: rollout.staleness > 0 (axes.staleness or base.rollout) is "
+                         f"not supported under FSDP2 yet, and resources.train asks for "
+                         f"{train.gpus} GPUs x {train.nodes} nodes: drop the staleness or train "
+                         "on one GPU")
 
 
 def reference_settings(cell: Cell) -> dict | None:

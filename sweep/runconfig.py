@@ -16,7 +16,7 @@ from common.files import write_atomic
 from common.layout import RunDir, SweepDir
 from trainer.config import RunConfig, parse_run_config
 
-from .expand import Cell, method_spec
+from .expand import Cell, method_spec, rollout_settings
 from .spec import SweepConfig, SweepError, merged
 
 TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
@@ -45,9 +45,8 @@ def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
         "out_dir": str(run_dir(sweep, cell.run_id).root),
         "model": model,
         "method": method,
+        "rollout": rollout_settings(cell),
         "checkpoint": {"eval_steps": list(sweep.eval.steps)},
-        **({"rollout": {"correction": {"mode": cell.axes["correction"]}}}
-           if "correction" in cell.axes else {}),
         "tracking": {
             "mlflow_uri": sweep.mlflow_uri if sweep.mlflow.enabled else None,
             "experiment": sweep.experiment,

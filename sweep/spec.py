@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -85,6 +85,9 @@ class Axes(Strict):
     reference: list[ReferenceAxis] | None = None
     correction: list[CorrectionMode] | None = Field(
         None, description="rollout.correction.mode values (algorithms.correction); every method")
+    staleness: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="rollout.staleness values (trainer.staleness: the sampler k weight "
+        "pushes behind), any method; one process per train job")
 
     def given(self) -> dict[str, list]:
         """Axis name -> values, for the axes the sweep sets."""

@@ -8,7 +8,9 @@ What it writes in the run directory (paths from `common.layout.RunDir`):
                              folder; temp file + os.replace, the commit point; tensors and
                              plain values only, loaded with weights_only=True
     state_tensors(N)         the weights and optimizer states, sharded: each rank writes its
-                             own shards (torch.distributed.checkpoint), any world size loads
+                             own shards (torch.distributed.checkpoint), any world size loads;
+                             under rollout.staleness also the lagged generation copy and its
+                             queued snapshots (trainer.staleness, one process only)
 
 A save that fills the disk (ENOSPC mid-write) removes its partial files and raises
 `DiskFullError`, one line with the path, the bytes needed and the bytes free: whatever was

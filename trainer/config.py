@@ -118,6 +118,11 @@ class RolloutConfig(_Section):
         False, description="responses cut at max_new_tokens get zero loss weight and leave the "
         "token count (TRL's mask_truncated_completions, DAPO's overlong filtering); their "
         "rewards still enter the group baseline")
+    staleness: int = Field(
+        0, ge=0, description="stale rollouts: step t's batch is sampled (and its behaviour "
+        "log-probs recomputed) by the weights step t-k started from, k weight pushes behind "
+        "the trained ones; the first k+1 steps sample from the initial weights; 0 = on-policy "
+        "(trainer.staleness)")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")

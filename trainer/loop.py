@@ -5,7 +5,8 @@
 
 Each step: draw prompts -> n responses each (hf or vllm engine) -> rewards from the
 evaluation grader (+ DAPO overlong shaping; dynamic sampling drops all-equal groups and
-refills) -> behaviour log-probs recomputed by the training model (no grad) -> reference
+refills) -> behaviour log-probs recomputed by the weights that sampled (no grad: the
+training model, or its lagged copy under rollout.staleness, trainer.staleness) -> reference
 log-probs per the schedule (none for "rollout") -> advantages -> K epochs of mini-batch
 AdamW updates with `algorithms.compute_policy_loss` (gradient accumulation over
 micro-batches, clipping, a non-finite guard) -> reference schedule -> metrics.jsonl +
@@ -60,6 +61,7 @@ from trainer.optimizers import build_optimizer, evaluation_weights
 from trainer.reference import Reference
 from trainer.rollout import logprob_gap, make_engine, sampler_logprobs
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
+from trainer.staleness import WeightLag, check_resume, check_world
 from trainer.tasks import load_problems, score
 from trainer.tracking import Tracker
 
@@ -340,13 +342,14 @@ class Trainer:
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
         self._setup_models()
+        self._setup_lag()
         self.optimizer = build_optimizer(self.policy.parameters(), cfg.optim)
         self._resume()
-        self.engine = make_engine(cfg.rollout, self.model, self.tokenizer,
+        self.engine = make_engine(cfg.rollout, self.sampling_model, self.tokenizer,
                                   model_path=cfg.model.path, seed=cfg.seed,
                                   compute_dtype=self.autocast)
         if self.global_step > 0:
-            self.engine.sync_weights(self.model)
+            self.engine.sync_weights(self.sampling_model)
         if track and self.world.main:
             _write_config(self.run.config, cfg, self.config_yaml, resumed=self.global_step > 0)
             self.tracker = Tracker(self.run.root, cfg.tracking, resume_step=self.global_step,
@@ -397,16 +400,33 @@ class Trainer:
                     module(probe)
                     module.reshard()  # so parameters() below are the sharded ones
 
+    def _setup_lag(self) -> None:
+        """Stale rollouts (trainer.staleness): a generation copy of the initial weights that
+        samples and recomputes the behaviour log-probs; none (and no copy) at k = 0."""
+        k = self.cfg.rollout.staleness
+        check_world(k, self.world.distributed)
+        self.lag = WeightLag(self.model, k) if k else None
+        self.behaviour_policy = self.policy if self.lag is None else PolicyLogProbs(self.lag.model)
+
+    @property
+    def sampling_model(self):
+        """The model whose weights the rollouts sample from: the trained one, or the lag's."""
+        return self.model if self.lag is None else self.lag.model
+
     def _resume(self) -> None:
         state = load_state(self.run.root)
         if state is None:
             return
-        templates = self._sharded_state(reference="reference_weights" in state)
+        check_resume(state.get("staleness"), self.cfg.rollout.staleness)
+        templates = self._sharded_state(reference="reference_weights" in state,
+                                        lag_pending=(state.get("staleness") or {}).get("pending"))
         load_sharded_state(self.run.root, state, templates)
         distributed.set_sharded_state(self.policy, templates["model"], self.optimizer,
                                       templates["optimizer"])
         if "reference" in templates:
             distributed.set_sharded_state(self.ref_policy, templates["reference"])
+        if self.lag is not None:
+            self.lag.load_state_dict(templates["staleness"])
         self.sampler.load_state_dict(state["sampler"])
         self.ref_schedule.load_state_dict(state["reference"])
         self.global_step = state["step"]
@@ -417,18 +437,22 @@ class Trainer:
         # Checkpoint wins for: weights, optimizer, RNG, data position, reference,
         # counters. The config wins for everything else (steps, checkpoints, tracking, ...).
         print(f"[trainer] resuming {self.run} at step {self.global_step}: weights, optimizer, "
-              "RNG, data position and reference from the state; all settings from "
-              "the config")
+              "RNG, data position, reference and lagged weights from the state; all settings "
+              "from the config")
 
     # -------------------------------------------------------------- save
 
-    def _sharded_state(self, reference: bool) -> dict:
-        """This rank's shards of the weights and optimizer (and the reference's weights):
-        what the resume state saves, and the templates it loads into."""
+    def _sharded_state(self, reference: bool, lag_pending: int | None = None) -> dict:
+        """This rank's shards of the weights and optimizer (and the reference's weights, and
+        under staleness the lag's copy and snapshots, one process only): what the resume
+        state saves, and (with the saved `lag_pending` count) the templates it loads into."""
         tensors = {"model": distributed.sharded_model_state(self.policy),
                    "optimizer": distributed.sharded_optimizer_state(self.policy, self.optimizer)}
         if reference:
             tensors["reference"] = distributed.sharded_model_state(self.ref_policy)
+        if self.lag is not None:
+            tensors["staleness"] = (self.lag.state_dict() if lag_pending is None
+                                    else self.lag.templates(lag_pending))
         return tensors
 
     def state_payload(self) -> dict:
@@ -442,6 +466,8 @@ class Trainer:
         }
         if self.ref_schedule.refreshed:
             payload["reference_weights"] = True  # its weights are saved sharded too
+        if self.lag is not None:
+            payload["staleness"] = self.lag.counters()  # its tensors are saved with the rest
         return payload
 
     def save_state(self) -> None:
@@ -776,13 +802,24 @@ class Trainer:
         })
         return metrics
 
+    def _push_weights(self) -> None:
+        """After the update: the engine gets the weights the next rollout samples with, the
+        trained ones or, under rollout.staleness, the lag's (k pushes late; every step, as
+        a level-2 vLLM sleep discards them)."""
+        if self.lag is None:
+            self.engine.sync_weights(self.model)
+            return
+        self.optimizer.zero_grad(set_to_none=True)  # as sync_weights does for self.model
+        self.lag.push(self.model)
+        self.engine.sync_weights(self.lag.model)
+
     def _learn(self, rollout: Rollout, metrics: dict) -> tuple[dict, dict]:
         """Log-probs, advantages, the update and the reference schedule for a non-empty
         rollout; returns (loss metrics, timings) and adds the log-prob gap to `metrics`."""
         batch = rollout.batch
-        # -- behaviour and reference log-probs (training model, no grad)
+        # -- behaviour and reference log-probs (no grad; behaviour: the sampling weights)
         t1 = time.perf_counter()
-        old_logp, entropy = self.logprobs_no_grad(self.policy, batch, with_entropy=True)
+        old_logp, entropy = self.logprobs_no_grad(self.behaviour_policy, batch, with_entropy=True)
         ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
                     if self.ref_schedule.held else None)
         t_logprob = time.perf_counter() - t1
@@ -805,7 +842,7 @@ class Trainer:
         learned = self.update(loss_batch(batch, rollout.truncated, self.cfg.rollout.mask_truncated),
                               old_logp, ref_logp, advantages, mu_logp)
         learned["entropy"] = ((entropy * mask).sum() / mask.sum().clamp_min(1)).item()
-        self.engine.sync_weights(self.model)
+        self._push_weights()
         t_update = time.perf_counter() - t2
         kl_ref = learned.get(self.cfg.method.reference.kl_metric)
         self.ref_schedule.after_step(self.model, kl_ref if ref_logp is not None else None)

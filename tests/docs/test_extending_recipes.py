@@ -179,9 +179,18 @@ AXIS_EXAMPLES = {
     "entropy_coef": 1e-3,
     "reference": {"schedule": "every_k", "k": 5},
     "correction": "token_tis",
+    "staleness": 1,
 }
 # Axes whose example needs another axis to make a valid loss (sequence ratios are unclipped).
 COMPANIONS = {"ratio_level": {"clip": [None]}}
+
+
+def test_two_rollout_axes_reach_one_run_config_together():
+    """correction and staleness both write under `rollout`: neither may drop the other."""
+    spec = sweep(methods=["GRPO"], axes={"correction": ["token_tis"], "staleness": [1]})
+    (cell,), _ = expand(spec)
+    cfg = parse_run_config(run_config(spec, cell), "cell")
+    assert (cfg.rollout.correction.mode, cfg.rollout.staleness) == ("token_tis", 1)
 
 
 def test_every_sweep_axis_has_an_example():
@@ -195,7 +204,7 @@ def test_every_sweep_axis_has_an_example():
 def test_a_sweep_axis_reaches_the_run_config(axis):
     """The sweep file accepts the axis, some method applies it, the run id spells it, and the
     trainer's run config carries it (loss axes in `method`, the reference schedule in
-    `method.reference`)."""
+    `method.reference`, staleness in `rollout`)."""
     value = AXIS_EXAMPLES[axis]
     schema = json.loads((Path(__file__).resolve().parents[2]
                          / "workflow/schemas/sweep.schema.json").read_text())
@@ -215,6 +224,8 @@ def test_a_sweep_axis_reaches_the_run_config(axis):
         resolved = cfg.resolved_method()
         if axis == "correction":  # a rollout setting, not the loss's
             assert cfg.rollout.correction.mode == value
+        elif axis == "staleness":  # a rollout setting, not the method's
+            assert cfg.rollout.staleness == value
         elif axis == "reference":
             assert resolved.reference == value["schedule"]
         elif axis == "clip":

@@ -58,6 +58,26 @@ def test_empty_grid_and_unknown_method_are_errors_naming_the_file():
         expand(sweep(methods=["NOPE"]), "cfg.yaml")
 
 
+def test_staleness_axis_sets_the_rollout_and_refuses_multi_gpu_jobs():
+    """Staleness leaves the method alone, so its cells must not merge as duplicates; each
+    run config carries its k in `rollout`; with several GPUs per train job (FSDP2, where
+    the lag is not supported yet) the sweep fails at parse time, naming the key."""
+    from sweep.runconfig import run_config
+
+    spec = sweep(methods=["GRPO"], axes={"staleness": [0, 2]},
+                 base={"model": {"path": "tiny"}})
+    cells, notes = expand(spec)
+    assert [c.run_id for c in cells] == ["grpo_stale0_s0", "grpo_stale2_s0"] and notes == []
+    assert [run_config(spec, c)["rollout"]["staleness"] for c in cells] == [0, 2]
+    assert cells[1].tags["staleness"] == "2"
+    with pytest.raises(SweepError, match=r"cfg.yaml: rollout.staleness > 0 .* 2 GPUs"):
+        expand(sweep(methods=["GRPO"], axes={"staleness": [0, 1]},
+                     resources={"train": {"gpus": 2}}), "cfg.yaml")
+    with pytest.raises(SweepError, match=r"axes.staleness.0"):
+        sweep(methods=["GRPO"], axes={"staleness": [-1]})
+    expand(sweep(methods=["GRPO"], axes={"staleness": [0]}, resources={"train": {"gpus": 2}}))
+
+
 def test_schema_errors_name_file_key_and_allowed_values():
     with pytest.raises(SweepError) as err:
         parse_sweep({"name": "t", "methods": ["GRPO"], "eval": EVAL,

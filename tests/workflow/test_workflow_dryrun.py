@@ -47,6 +47,7 @@ SHIPPED = dict([
     overlay("mask-truncated", 6),
     overlay("schedule-free", 6),
     overlay("mismatch", 108),
+    overlay("staleness", 54),
     overlay("axes-grid", 144),
 ])
 
