@@ -93,9 +93,9 @@ def test_staleness_zero_is_todays_run_bit_for_bit_without_a_copy(make_cfg):
 class RecordingTrainer(Trainer):
     """Keeps each step's batch and the behaviour log-probs the update was given."""
 
-    def update(self, batch, old_logp, ref_logp, advantages):
+    def update(self, batch, old_logp, ref_logp, advantages, mu_logp=None):
         self.seen.append((batch, old_logp.clone()))
-        return super().update(batch, old_logp, ref_logp, advantages)
+        return super().update(batch, old_logp, ref_logp, advantages, mu_logp)
 
 
 def logprobs_with(trainer: Trainer, weights: dict, batch) -> torch.Tensor:
