@@ -39,7 +39,9 @@ def profile_overlay(dest: Path, lead_s: int | None = None) -> Path:
 def micro_sweep(root: Path, name: str, *, model: str = "tiny", steps: int = 4,
                 seeds: tuple[int, ...] = (0,), train_min: int = 10, train_gpus: int = 0,
                 eval_limit: int = 8, step_seconds: float = 0.0) -> Path:
-    """One method, `steps` steps, one evaluation (the last step, toy task) per seed.
+    """One method, `steps` steps, one evaluation (the last step, toy task) per seed, and no
+    evaluation of the initial model (`eval.initial`: a SLURM job that would take the node's
+    CPU from the drills' jobs, and no drill reads it).
     step_seconds: a floor on each step's duration (debug.sleep_per_step_s)."""
     cfg = {
         "name": name,
@@ -57,7 +59,7 @@ def micro_sweep(root: Path, name: str, *, model: str = "tiny", steps: int = 4,
         "methods": ["RPG-REINFORCE-URKL"],
         "seeds": list(seeds),
         "eval": {"steps": [steps], "benchmarks": ["toy"], "n": 2, "max_new_tokens": 24,
-                 "limit": {"toy": eval_limit}},
+                 "limit": {"toy": eval_limit}, "initial": False},
         "resources": {
             "train": {"gpus": train_gpus, "cpus": 1, "mem_mb": 2000, "runtime_min": train_min},
             "evaluate": {"cpus": 1, "mem_mb": 2000, "runtime_min": 10},

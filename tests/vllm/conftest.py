@@ -3,10 +3,13 @@ supports (head_dim 32), trained just enough (~11% toy accuracy) for sampling com
 have signal. Every vLLM engine runs in a subprocess through the package CLIs: vLLM's CPU
 worker binds threads and replaces `torch.set_num_threads` in its process, which must not
 leak into the rest of the test session, and one `LLM` per process is vLLM's own rule.
+Checks that need only an engine share one start-up (`vllm_engine_probe`).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,3 +23,12 @@ VLLM_TINY = TinyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_
 @pytest.fixture(scope="session")
 def vllm_tiny(tmp_path_factory) -> Path:
     return build_tiny(tmp_path_factory.mktemp("vllm-tiny") / "model", VLLM_TINY, progress=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_engine_probe(vllm_tiny) -> subprocess.CompletedProcess:
+    """_engine_probe.py on the tiny model, once: the prompt-id and the weight-push checks on
+    one vLLM start-up (a start-up is tens of seconds on CI's CPU); each test reads its line."""
+    probe = Path(__file__).with_name("_engine_probe.py")
+    return subprocess.run([sys.executable, str(probe), str(vllm_tiny)], capture_output=True,
+                          text=True, timeout=300)

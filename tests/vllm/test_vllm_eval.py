@@ -9,16 +9,12 @@ applies a checkpoint's top-k, or misreads the temperature fails one of these.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from _vllm_cli import run_cli
 
 pytestmark = pytest.mark.slow
-
-PROBE = Path(__file__).with_name("_prompt_ids_probe.py")
 
 
 def _eval(model: Path, out: Path, backend: str, *extra: str) -> list[dict]:
@@ -35,12 +31,12 @@ def _per_problem_accuracy(records: list[dict]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in hits.items()}
 
 
-def test_vllm_and_hf_sample_the_same_prompts_and_distribution(vllm_tiny, tmp_path):
+def test_vllm_and_hf_sample_the_same_prompts_and_distribution(vllm_tiny, vllm_engine_probe,
+                                                              tmp_path):
     # Prompt ids: vLLM's own record of what it was given vs hf_generate's encoding.
-    proc = subprocess.run([sys.executable, str(PROBE), str(vllm_tiny)], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "identical prompt ids for 121 prompts" in proc.stdout, proc.stdout[-2000:]
+    proc = vllm_engine_probe
+    assert "identical prompt ids for 121 prompts" in proc.stdout, (
+        proc.stdout[-2000:] + proc.stderr[-4000:])
 
     # Greedy: the same tokens, problem by problem.
     greedy = {b: _eval(vllm_tiny, tmp_path / "greedy", b, "--n", "1", "--temperature", "0")

@@ -71,15 +71,11 @@ def test_vllm_engine_trains_resumes_and_matches_the_trainer(vllm_tiny, tmp_path)
     assert untimed(rows_cut) == untimed(rows_full)
 
 
-def test_weight_push_stays_in_process_and_reaches_the_sampler(vllm_tiny):
-    """The engine's weight push (common.generation.vllm) in its own process: no
-    collective_rpc (whose msgpack transport refuses functions and ships tensors over ZMQ),
-    every tensor received in the engine's process, and vLLM samples from the new weights."""
-    import subprocess
-    import sys
-
-    probe = Path(__file__).with_name("_weight_sync_probe.py")
-    proc = subprocess.run([sys.executable, str(probe), str(vllm_tiny)], capture_output=True,
-                          text=True, timeout=300)
+def test_weight_push_stays_in_process_and_reaches_the_sampler(vllm_engine_probe):
+    """The engine's weight push (common.generation.vllm) in the engine's own process
+    (_engine_probe.py): no collective_rpc (whose msgpack transport refuses functions and
+    ships tensors over ZMQ), every tensor received in the engine's process, and vLLM samples
+    from the new weights."""
+    proc = vllm_engine_probe
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "max log-prob gap" in proc.stdout, proc.stdout[-2000:]

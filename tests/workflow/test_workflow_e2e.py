@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import REPO, STEPS, micro_sweep, smk, snakemake_exe
+from workflow_helpers import REPO, STEPS, micro_sweep, reuse_report_extras, smk, snakemake_exe
 
 pytestmark = pytest.mark.slow
 
@@ -70,9 +70,11 @@ def test_rerun_of_a_finished_sweep_does_nothing(finished):
 def test_killed_training_job_resumes_on_rerun(finished):
     root, _, _ = finished
     steps = 8
-    # a real model path (not "tiny"): reuse the finished sweep's model, no build job
+    # a real model path (not "tiny"): reuse the finished sweep's model, no build job; its
+    # step-0 evaluation is the finished sweep's business, not the resume's
     config = micro_sweep(root, "killed", ["RPG-REINFORCE-URKL"], steps=steps,
-                         model=str(root / "results" / "micro" / "model"))
+                         model=str(root / "results" / "micro" / "model"), initial_eval=False)
+    reuse_report_extras(root / "results" / "micro", root / "results" / "killed")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.Popen(
         [snakemake_exe(), "--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
@@ -109,7 +111,8 @@ def test_eval_group_checkpoint_trains_in_segments_and_evaluates_each(finished):
     segmented run logs every step exactly once."""
     root, _, _ = finished
     config = micro_sweep(root, "segmented", ["GRPO"],
-                         model=str(root / "results" / "micro" / "model"))
+                         model=str(root / "results" / "micro" / "model"), initial_eval=False)
+    reuse_report_extras(root / "results" / "micro", root / "results" / "segmented")
     data = yaml.safe_load(config.read_text())
     data["eval"]["group"] = "checkpoint"
     config.write_text(yaml.safe_dump(data))

@@ -34,12 +34,15 @@ STEPS = 4  # the micro sweep's training steps; evaluated at STEPS // 2 and STEPS
 
 
 def micro_sweep(root: Path, name: str, methods: list[str], steps: int = STEPS,
-                model: str = "tiny") -> Path:
-    """A sweep config: tiny model, a few steps, toy task and two AIME problems."""
+                model: str = "tiny", initial_eval: bool = True) -> Path:
+    """A sweep config: tiny model, a few steps, toy task and two AIME problems.
+    model "tiny" is the shipped data/tiny-model, copied (no `tiny:` settings, so no build
+    job: a build is minutes of CPU, tests/security's sweep runs one).
+    initial_eval: also evaluate the initial model (eval.initial; one more eval job, worth it
+    only for a test that reads the report's baseline row)."""
     cfg = {
         "name": name,
         "results_dir": str(root / "results"),
-        "tiny": {"sft_steps": 150},
         "base": {
             "model": {"path": model},
             "task": {"kind": "toy", "num_prompts": 64},
@@ -57,11 +60,20 @@ def micro_sweep(root: Path, name: str, methods: list[str], steps: int = STEPS,
             "max_new_tokens": 24,
             "limit": {"toy": 8, "aime24": 2},
             "files": {"aime24": str(BENCHMARK_DIR / "aime24.jsonl")},
+            "initial": initial_eval,
         },
     }
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def reuse_report_extras(finished_out: Path, sweep_out: Path) -> None:
+    """Copy a finished sweep's audit/ and paper/ into another sweep's results folder. Their
+    rules have no inputs and give the same files for every sweep (~1.5 min of CPU on CI's
+    2 cores), so Snakemake keeps the copies; the finished sweep tests that it builds them."""
+    for folder in ("audit", "paper"):
+        shutil.copytree(finished_out / folder, sweep_out / folder)
 
 
 def smk(root: Path, config: Path, *extra, check=True):
