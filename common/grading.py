@@ -157,6 +157,20 @@ class _Worker:
                 pass
 
 
+def default_workers() -> int:
+    """The job's CPU budget: `OMP_NUM_THREADS` where set (Snakemake exports the rule's
+    `threads:`, 1 in the default), else up to 4 of the machine's cores.
+
+    Why: each worker imports sympy and math-verify (~2 s of CPU); with two one-thread jobs
+    side by side on two cores, a second worker per job only adds start-up and contention.
+    The grades do not depend on the number of workers (each item is graded on its own).
+    """
+    budget = os.environ.get("OMP_NUM_THREADS", "")
+    if budget.isdigit() and int(budget) > 0:
+        return min(4, int(budget))
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 class MathVerifyPool:
     """Grades (completion, gold) pairs with math-verify in `workers` child processes.
 
@@ -167,7 +181,7 @@ class MathVerifyPool:
     """
 
     def __init__(self, workers: int | None = None) -> None:
-        self.workers = workers or max(1, min(4, os.cpu_count() or 1))
+        self.workers = workers or default_workers()
         self._pool: list[_Worker] = []
 
     def _replace(self, worker: _Worker) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from common.grading import (
     DAPO_TAIL_CHARS,
     STATUSES,
     GradeResult,
+    MathVerifyPool,
+    default_workers,
     grade,
     grade_many,
     normalize_final_answer,
@@ -137,6 +140,21 @@ def test_timeout_kills_worker_and_pool_recovers():
     # the replacement worker grades normally
     again = grade_many(["Answer: 7"], ["7"], "math_verify", timeout_s=10, workers=1)
     assert again[0].correct
+
+
+def test_pool_size_follows_the_job_cpu_budget(monkeypatch):
+    # Snakemake exports the rule's `threads:` as OMP_NUM_THREADS: one worker per 1-thread job.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert default_workers() == 1 and MathVerifyPool().workers == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert MathVerifyPool().workers == 3
+    assert MathVerifyPool(workers=2).workers == 2  # an explicit count wins
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")
+    assert default_workers() == max(1, min(4, os.cpu_count() or 1))
+    # the grades are the same whatever the pool's size
+    comps, golds = [c for c, *_ in REGRESSION], [g for _, g, *_ in REGRESSION]
+    assert (grade_many(comps, golds, "math_verify", workers=1)
+            == grade_many(comps, golds, "math_verify", workers=2))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -105,3 +105,21 @@ def test_unreachable_mlflow_never_stalls_the_loop(tmp_path):
         mirror.close()
     assert enqueue < 0.5
     assert time.monotonic() - t0 < 5.0
+
+
+def test_mirror_batches_steps_and_close_flushes_them_at_once(tmp_path):
+    # Steps wait on the thread for flush_every_s; close() must send them without waiting.
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mirror = MLflowMirror(uri, "x", tmp_path, run_name="r", tags={}, params={"a": 1},
+                          config_yaml="a: 1\n", flush_every_s=600.0)
+    for step in range(1, 31):
+        mirror.log_metrics(step, {"loss": step / 10})
+    t0 = time.monotonic()
+    mirror.close()
+    assert time.monotonic() - t0 < 60.0  # well under flush_every_s: close ended the wait
+    history = MlflowClient(tracking_uri=uri).get_metric_history(mirror.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(s, s / 10) for s in range(1, 31)]
+    run = MlflowClient(tracking_uri=uri).get_run(mirror.run_id)
+    assert run.info.status == "FINISHED"
