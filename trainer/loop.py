@@ -824,12 +824,12 @@ class Trainer:
                     if self.ref_schedule.held else None)
         t_logprob = time.perf_counter() - t1
         mask = batch.response_mask
-        metrics.update(logprob_gap(rollout.engine_logprobs, old_logp, mask))
         # -- the sampler's log-probs mu (the engine's; pi_old itself with the hf engine)
         mu_logp = sampler_logprobs(rollout.engine_logprobs, old_logp)
+        metrics.update(logprob_gap(mu_logp, old_logp, mask))
         c = self.cfg.rollout.correction
-        fix = correct(old_logp, mu_logp, mask, c.mode, c.cap)
-        metrics.update({k: v.item() for k, v in fix.metrics.items()})
+        fix = correct(old_logp, mu_logp, mask, c.mode, c.cap)  # its metrics; the loss applies it
+        metrics.update(zip(fix.metrics, torch.stack(list(fix.metrics.values())).tolist()))
 
         # -- advantage (a KL placed in the reward becomes a token penalty first)
         penalty = kl_reward_penalty(self.loss_cfg, old_logp,

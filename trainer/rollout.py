@@ -72,23 +72,21 @@ def make_engine(rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
     return rollout
 
 
-def logprob_gap(engine_logprobs: list[list[float] | None] | None, trainer_logp: torch.Tensor,
+def logprob_gap(mu_logp: torch.Tensor, trainer_logp: torch.Tensor,
                 mask: torch.Tensor) -> dict[str, float | None]:
     """Mean and max over sampled tokens of |log pi_engine - log pi_trainer|.
 
-    engine_logprobs: per response (batch row order), the engine's log-prob of each of its
-    tokens, or None (hf engine). trainer_logp, mask: (B, T), as from
-    trainer.logprobs.response_logprobs on the packed batch. This syncs with the host once.
+    mu_logp: the sampler's log-probs from `sampler_logprobs`, which is `trainer_logp` itself
+    when the engine returned none (hf engine: no gap to measure, the metrics are None).
+    trainer_logp, mask: (B, T), as from trainer.logprobs.response_logprobs on the packed
+    batch. This syncs with the host once.
     """
-    if not engine_logprobs or any(lp is None for lp in engine_logprobs):
+    if mu_logp is trainer_logp:
         return dict.fromkeys(LOGPROB_GAP_METRICS)
-    engine = torch.zeros_like(trainer_logp)  # (B, T)
-    for row, lp in enumerate(engine_logprobs):
-        engine[row, : len(lp)] = torch.tensor(lp, dtype=engine.dtype)
-    gap = (engine - trainer_logp).abs() * mask  # (B, T), 0 off the responses
+    gap = (mu_logp - trainer_logp).abs() * mask  # (B, T), 0 off the responses
     tokens = mask.sum().clamp_min(1)
-    return {"rollout_logprob_gap_mean": (gap.sum() / tokens).item(),
-            "rollout_logprob_gap_max": gap.max().item()}
+    mean, top = torch.stack([gap.sum() / tokens, gap.max()]).tolist()
+    return {"rollout_logprob_gap_mean": mean, "rollout_logprob_gap_max": top}
 
 
 def sampler_logprobs(engine_logprobs: list[list[float] | None] | None,

@@ -7,7 +7,7 @@ import torch
 from common.generation.base import forward_dtype
 from common.generation.vllm import VLLMEngine
 from trainer.config import RolloutConfig
-from trainer.rollout import sampler_logprobs
+from trainer.rollout import logprob_gap, sampler_logprobs
 
 
 def test_mu_is_the_engines_log_probs_where_it_returns_them():
@@ -18,6 +18,18 @@ def test_mu_is_the_engines_log_probs_where_it_returns_them():
     # the hf engine returns none: mu is pi_old itself (every correction is the identity)
     assert sampler_logprobs([None, None], trainer) is trainer
     assert sampler_logprobs(None, trainer) is trainer
+
+
+def test_the_log_prob_gap_is_measured_on_the_sampled_tokens_only():
+    trainer = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.25, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    mu = sampler_logprobs([[-1.5, -2.0, -2.0], [-0.75]], trainer)
+    # |gaps| on the 4 sampled tokens: 0.5, 0, 1, 0.25
+    assert logprob_gap(mu, trainer, mask) == {"rollout_logprob_gap_mean": 1.75 / 4,
+                                              "rollout_logprob_gap_max": 1.0}
+    # the hf engine returns no log-probs: no gap to measure
+    assert logprob_gap(sampler_logprobs(None, trainer), trainer, mask) == {
+        "rollout_logprob_gap_mean": None, "rollout_logprob_gap_max": None}
 
 
 def test_vllm_dtype_overrides_the_trainers_dtype():
