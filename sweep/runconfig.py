@@ -12,7 +12,6 @@ from pathlib import Path
 
 import yaml
 
-from common.files import write_atomic
 from common.layout import RunDir, SweepDir
 from trainer.config import RunConfig, parse_run_config
 
@@ -60,9 +59,9 @@ def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
     return cfg.model_dump(mode="json")
 
 
-def write_run_config(path: str | Path, cfg: dict) -> None:
-    """Write a run config as YAML (atomically: a half-written config never exists)."""
-    write_atomic(Path(path), yaml.safe_dump(cfg, sort_keys=False))
+def run_config_yaml(cfg: dict) -> str:
+    """A run config as the YAML text the `run_config` rule writes (keys in model order)."""
+    return yaml.safe_dump(cfg, sort_keys=False)
 
 
 def train_command(sweep: SweepConfig) -> str:

@@ -14,6 +14,7 @@ from sweep.runconfig import (
     initial_model,
     report_paper_args,
     run_config,
+    run_config_yaml,
     segment_steps,
     train_command,
     train_slurm_resources,
