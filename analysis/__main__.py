@@ -6,6 +6,7 @@
         [--bootstrap-seed S] [--verdict-scorer dapo] [--quiet]
     python -m analysis figures ...      # the paper's Figures 2/3 (analysis.figures)
     python -m analysis power --sweep-dir results/<sweep> [--delta POINTS]   # analysis.power
+    python -m analysis within --sweep-dir results/<sweep> --reference stale0  # analysis.within
 
 `report` is the one call the workflow's aggregate rule makes; see analysis/report.py for
 everything it writes. `figures` forwards the rest of the command line untouched.
@@ -108,13 +109,14 @@ COMMANDS = {
     "report": "tables, plots and report.md of a sweep",
     "figures": "the paper's Figures 2/3 (analysis.figures)",
     "power": "variance components, detectable difference, design for --delta",
+    "within": "Δ of each overlay cell vs the same method at an axis's reference level",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m analysis {report,figures,power} ...\n")
+        print("usage: python -m analysis {report,figures,power,within} ...\n")
         for name, desc in COMMANDS.items():
             print(f"  {name:8s} {desc}")
         return 0 if argv else 2
@@ -125,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         from analysis import power
 
         return power.main(rest)
+    if command == "within":
+        from analysis import within
+
+        return within.main(rest)
     if command == "figures":
         from analysis import figures  # lazy: written separately, heavier imports
 
