@@ -24,6 +24,7 @@ from analysis.collect import collect
 from analysis.delta import DELTA_COLUMNS, VERDICT_SCORER, DeltaOptions, _pairs, _Scores
 from analysis.stats import paired_bootstrap
 from analysis.tables import per_run_last_best
+from common.layout import SweepDir
 
 
 def split_label(label: str) -> tuple[str, list[str]]:
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bootstrap-reps", type=int, default=DeltaOptions.reps)
     p.add_argument("--bootstrap-seed", type=int, default=DeltaOptions.seed)
     args = p.parse_args(argv)
-    if not (Path(args.sweep_dir) / "runs").is_dir():
+    if not SweepDir(args.sweep_dir).runs.is_dir():
         print(f"error: --sweep-dir {args.sweep_dir}: no runs/ folder (run the sweep first)",
               file=sys.stderr)
         return 2
