@@ -41,7 +41,7 @@ class DeltaOptions:
             raise ValueError(f"--bootstrap-reps must be >= 1, got {self.reps}")
 
 
-class _Scores:
+class ScoreCache:
     """problem_scores with a cache for one table: Last and Best often pick the same step,
     and every method reads the baseline's records again."""
 
@@ -56,8 +56,8 @@ class _Scores:
         return self.cache[key]
 
 
-def _pairs(method_runs: pd.DataFrame, base_runs: pd.DataFrame, stat: str, scorer: str,
-           scores: _Scores) -> tuple[list[float], list[float]]:
+def paired_scores(method_runs: pd.DataFrame, base_runs: pd.DataFrame, stat: str, scorer: str,
+                  scores: ScoreCache) -> tuple[list[float], list[float]]:
     """Aligned per-problem scores (method, baseline) over the seeds both sides ran."""
     base_by_seed = {int(r.seed): r for r in base_runs.itertuples()}
     ours, theirs = [], []
@@ -75,26 +75,31 @@ def _pairs(method_runs: pd.DataFrame, base_runs: pd.DataFrame, stat: str, scorer
     return ours, theirs
 
 
+def delta_fields(method_runs: pd.DataFrame, base_runs: pd.DataFrame, stat: str, scorer: str,
+                 scores: ScoreCache, opts: DeltaOptions) -> dict:
+    """DELTA_COLUMNS of one (method, baseline, stat): the paired bootstrap over their pairs,
+    fractions; NaN and 0 pairs when they share no (problem, seed)."""
+    ours, theirs = paired_scores(method_runs, base_runs, stat, scorer, scores)
+    if not ours:
+        return {"delta": math.nan, "delta_low": math.nan, "delta_high": math.nan,
+                "delta_pairs": 0}
+    d = paired_bootstrap(ours, theirs, opts.reps, opts.seed)
+    return {"delta": d.delta, "delta_low": d.low, "delta_high": d.high, "delta_pairs": d.pairs}
+
+
 def deltas_vs_baseline(per_run: pd.DataFrame, run_dirs: dict[str, Path], scorer: str,
                        opts: DeltaOptions, stats=("last", "best")) -> pd.DataFrame:
     """One row per (label, benchmark, stat) of every non-baseline label: delta, delta_low,
     delta_high (fractions), delta_pairs. `per_run` is `tables.per_run_last_best` output
     (run_id, label, seed, benchmark, last_step, best_step). No pairs -> NaN and 0 pairs;
     an absent baseline -> an empty frame."""
-    rows, scores = [], _Scores(run_dirs)
+    rows, scores = [], ScoreCache(run_dirs)
     for bench, runs in per_run.groupby("benchmark", sort=False):
         base = runs[runs["label"] == opts.baseline]
         if base.empty:
             continue
         for label, method_runs in runs[runs["label"] != opts.baseline].groupby("label"):
             for stat in stats:
-                ours, theirs = _pairs(method_runs, base, stat, scorer, scores)
-                row = {"label": label, "benchmark": bench, "stat": stat,
-                       "delta": math.nan, "delta_low": math.nan, "delta_high": math.nan,
-                       "delta_pairs": 0}
-                if ours:
-                    d = paired_bootstrap(ours, theirs, opts.reps, opts.seed)
-                    row.update(delta=d.delta, delta_low=d.low, delta_high=d.high,
-                               delta_pairs=d.pairs)
-                rows.append(row)
+                rows.append({"label": label, "benchmark": bench, "stat": stat,
+                             **delta_fields(method_runs, base, stat, scorer, scores, opts)})
     return pd.DataFrame(rows, columns=["label", "benchmark", "stat", *DELTA_COLUMNS])

@@ -14,15 +14,13 @@ replaces the token at its own position: a two-axis overlay pairs along one axis.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.collect import collect
-from analysis.delta import DELTA_COLUMNS, VERDICT_SCORER, DeltaOptions, _pairs, _Scores
-from analysis.stats import paired_bootstrap
+from analysis.delta import DELTA_COLUMNS, VERDICT_SCORER, DeltaOptions, ScoreCache, delta_fields
 from analysis.tables import per_run_last_best
 from common.layout import SweepDir
 
@@ -60,21 +58,15 @@ def within_deltas(per_run: pd.DataFrame, run_dirs: dict[str, Path], scorer: str,
     `tables.per_run_last_best` output. A missing reference run gives NaN and 0 pairs."""
     opts = opts or DeltaOptions()
     position = reference_position(per_run["label"].unique(), reference)
-    rows, scores = [], _Scores(run_dirs)
+    rows, scores = [], ScoreCache(run_dirs)
     for (bench, label), runs in per_run.groupby(["benchmark", "label"], sort=True):
         ref = reference_label(label, reference, position)
         if ref == label:
             continue
         base = per_run[(per_run["benchmark"] == bench) & (per_run["label"] == ref)]
         for stat in ("last", "best"):
-            ours, theirs = _pairs(runs, base, stat, scorer, scores)
-            row = {"label": label, "reference": ref, "benchmark": bench, "stat": stat,
-                   "delta": math.nan, "delta_low": math.nan, "delta_high": math.nan,
-                   "delta_pairs": 0}
-            if ours:
-                d = paired_bootstrap(ours, theirs, opts.reps, opts.seed)
-                row.update(delta=d.delta, delta_low=d.low, delta_high=d.high, delta_pairs=d.pairs)
-            rows.append(row)
+            rows.append({"label": label, "reference": ref, "benchmark": bench, "stat": stat,
+                         **delta_fields(runs, base, stat, scorer, scores, opts)})
     return pd.DataFrame(rows, columns=["label", "reference", "benchmark", "stat", *DELTA_COLUMNS])
 
 

@@ -17,7 +17,8 @@ from trainer.config import parse_run_config
 
 pytestmark = pytest.mark.slow
 
-CAP = 1.02  # bf16 log-prob errors are ~1e-2 nats: a cap of 2 would rarely bind in 2 steps
+CAP = 1.02  # bf16 gaps are ~2e-3 nats per token, max ~0.15 (docs/results.md): a cap of 2
+# would rarely bind in one step
 
 
 def _train(vllm_tiny, tmp_path, mode: str) -> list[dict]:
