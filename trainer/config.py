@@ -242,6 +242,18 @@ class OptimConfig(_Section):
         "restart per row) instead of padding them: no pad token is computed. Fastest with "
         "model.attn_implementation: flash_attention_2 (variable-length kernels); sdpa/eager "
         "get a block-diagonal mask. The token budget then counts real tokens")
+    share_prompt: bool = Field(
+        False, description="compute each distinct prompt of a forward once and copy its KV "
+        "cache to the rows that share it (as the hf engine's prefill does): the same log-probs "
+        "and gradients, in other last bits, from U*P + B*T instead of B*(P+T) token positions "
+        "(U distinct prompts, P prompt and T response tokens); pays off when prompts are long "
+        "against responses (the tiny default: ~70 vs ~17). Not with padding_free or "
+        "model.gradient_checkpointing")
+    whole_groups: bool = Field(
+        False, description="mini-batches hold whole groups (a prompt's rollout.n rows), the "
+        "groups shuffled per epoch, as verl's contiguous mini-batch split keeps them together "
+        "(false: rows shuffled one by one); with share_prompt a mini-batch then computes "
+        "mini_batch_size / rollout.n prompts. Needs mini_batch_size a multiple of rollout.n")
     max_nonfinite_in_row: int = Field(3, ge=1, description="stop after this many skipped updates")
 
 
@@ -330,6 +342,15 @@ class RunConfig(_Section):
         if mini > batch:
             raise ValueError(f"optim.mini_batch_size={mini} exceeds the batch of "
                              f"rollout.n * rollout.prompts_per_step = {batch} sequences")
+        o = self.optim
+        if o.whole_groups and mini % self.rollout.n:
+            raise ValueError(f"optim.whole_groups needs optim.mini_batch_size={mini} to be a "
+                             f"multiple of rollout.n={self.rollout.n} (whole groups per "
+                             "mini-batch); change one of them or set whole_groups: false")
+        if o.share_prompt and (o.padding_free or self.model.gradient_checkpointing):
+            other = "optim.padding_free" if o.padding_free else "model.gradient_checkpointing"
+            raise ValueError(f"optim.share_prompt runs the prompts through a KV cache, which "
+                             f"{other} does not keep; set one of them to false")
         objective = get_objective(method.loss.objective)
         if self.rollout.top_p < 1 and objective.uses_behaviour:
             raise ValueError(

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from common.generation.hf import prefill_shared
+
 # CPU: rows per chunk = CHUNK_ELEMENTS // V (at least MIN_CHUNK_TOKENS): each float32
 # [chunk, V] buffer is then ~8 MiB, and a chunk's forward+backward holds ~a dozen of them
 # (logits, softmax, entropy product, their gradients). 32k vocab -> 64 rows; 152k -> 32.
@@ -247,21 +249,59 @@ def _packed_states(backbone, batch: PackedBatch) -> torch.Tensor:
     return hidden[index]  # (B, T, H)
 
 
+def distinct_prompts(batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row index per distinct prompt (U,) and each row's prompt number into them (B,):
+    a rollout's n rows of a group share one prompt."""
+    P = batch.prompt_len
+    key = torch.cat([batch.input_ids[:, :P], batch.attention_mask[:, :P]], dim=-1)  # (B, 2P)
+    distinct, prompt_of = torch.unique(key, dim=0, return_inverse=True)  # (U, 2P), (B,)
+    rows = torch.arange(len(prompt_of), device=prompt_of.device)
+    first = torch.full((len(distinct),), len(prompt_of), device=prompt_of.device)
+    return first.scatter_reduce(0, prompt_of, rows, "amin"), prompt_of
+
+
+def _shared_prompt_states(backbone, batch: PackedBatch) -> torch.Tensor:
+    """(B, T, H) as `_padded_states`, with each distinct prompt computed once (as the hf
+    engine's prefill is): the backbone runs on the U distinct prompts (U, P) into a KV
+    cache copied to the B rows (`prefill_shared`), then the responses (B, T-1) run on it.
+    The same function as the padded pass from U*P + B*T instead of B*(P+T) token
+    positions; other matmul shapes, so other last bits."""
+    P, T = batch.prompt_len, batch.response_mask.shape[1]
+    first, prompt_of = distinct_prompts(batch)  # (U,), (B,)
+    attn = batch.attention_mask  # (B, P + T)
+    position_ids = (attn.cumsum(-1) - 1).clamp_min(0)  # (B, P + T) as in generate
+    out, cache = prefill_shared(backbone, batch.input_ids[first, :P], attn[first, :P],
+                                position_ids[first, :P], prompt_of)
+    last = out.last_hidden_state[:, -1][prompt_of]  # (B, H): left padding ends prompts at P-1
+    if T == 1:
+        return last[:, None]
+    rest = backbone(input_ids=batch.input_ids[:, P : P + T - 1],
+                    attention_mask=attn[:, : P + T - 1],
+                    position_ids=position_ids[:, P : P + T - 1], past_key_values=cache,
+                    use_cache=True).last_hidden_state  # (B, T-1, H)
+    return torch.cat([last[:, None], rest], dim=1)
+
+
 def response_logprobs(
     model, batch: PackedBatch, *, temperature: float = 1.0, chunk_tokens: int | None = None,
     with_entropy: bool = False, autocast: torch.dtype | None = None, padding_free: bool = False,
+    share_prompt: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (B, T) of the response tokens under `model` (and entropies (B, T)), float32,
     zero off `batch.response_mask`. Gradients flow when grad mode is on.
 
     `temperature` divides the logits, matching the sampler's distribution. `padding_free`:
-    one concatenated sequence instead of a padded batch (`_packed_states`).
+    one concatenated sequence instead of a padded batch (`_packed_states`); `share_prompt`:
+    each distinct prompt once (`_shared_prompt_states`).
     """
     backbone, head = model.get_decoder(), model.get_output_embeddings()
     if backbone is None or head is None:
         raise TypeError(f"{type(model).__name__} exposes no get_decoder()/get_output_embeddings()")
+    if padding_free and share_prompt:
+        raise ValueError("padding_free and share_prompt are two ways to skip work; pick one")
     device = batch.input_ids.device
-    states = _packed_states if padding_free else _padded_states
+    states = (_packed_states if padding_free else _shared_prompt_states if share_prompt
+              else _padded_states)
     with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
         h = states(backbone, batch)  # (B, T, H)
     B, T, H = h.shape
@@ -308,7 +348,7 @@ class PolicyLogProbs(torch.nn.Module):
 
     def forward(self, batch: PackedBatch, *, temperature: float = 1.0, with_entropy: bool = False,
                 autocast: torch.dtype | None = None, padding_free: bool = False,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                share_prompt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         return response_logprobs(self.model, batch, temperature=temperature,
                                  with_entropy=with_entropy, autocast=autocast,
-                                 padding_free=padding_free)
+                                 padding_free=padding_free, share_prompt=share_prompt)

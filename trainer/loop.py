@@ -646,7 +646,8 @@ class Trainer:
         mb = batch.rows(idx)
         logp, ent = module(mb, temperature=self.cfg.rollout.temperature,
                            with_entropy=with_entropy, autocast=self.autocast,
-                           padding_free=self.cfg.optim.padding_free)
+                           padding_free=self.cfg.optim.padding_free,
+                           share_prompt=self.cfg.optim.share_prompt)
         return idx, mb, logp, ent
 
     @torch.no_grad()
@@ -712,12 +713,16 @@ class Trainer:
 
     def _mini_batch_order(self, epoch: int, B: int, mini: int) -> torch.Tensor:
         """The row order of one epoch: seeded per (run seed, step, epoch) when the batch is
-        split into mini-batches, else the batch as it is."""
-        if mini < B:
-            gen = torch.Generator().manual_seed(
-                generation_seed(self.cfg.seed, self.global_step, epoch))
+        split into mini-batches, else the batch as it is. Rows are group-major (a group's n
+        rows together); optim.whole_groups shuffles groups, keeping each one's rows together."""
+        if mini >= B:
+            return torch.arange(B, device=self.device)
+        gen = torch.Generator().manual_seed(generation_seed(self.cfg.seed, self.global_step, epoch))
+        if not self.cfg.optim.whole_groups:
             return torch.randperm(B, generator=gen).to(self.device)
-        return torch.arange(B, device=self.device)
+        n = self.cfg.rollout.n
+        groups = torch.randperm(B // n, generator=gen)  # (G,)
+        return (groups[:, None] * n + torch.arange(n)).reshape(-1).to(self.device)  # (G*n,)
 
     def _optimizer_step(self, params: list, total_loss: torch.Tensor) -> float | None:
         """Clip, then apply the step if loss and gradient norm are finite; returns the grad

@@ -221,6 +221,20 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies:
     return torch.stack(tokens, dim=1)
 
 
+def prefill_shared(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   position_ids: torch.Tensor, prompt_of: torch.Tensor):
+    """Run `model` (a causal LM or its backbone) once on U distinct left-padded prompts
+    (U, P) into a fresh KV cache, then copy the cache to the B rows (`prompt_of` (B,): each
+    row's prompt). Returns the prompts' output (U, P, ...) and the (B,)-row cache, on which
+    the rows' own tokens then run: U*P prompt positions instead of B*P. The cache keeps the
+    autograd graph, so gradients reach each prompt from every row that shares it."""
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                past_key_values=cache, use_cache=True)
+    cache.reorder_cache(prompt_of)  # every layer's (U, heads, P, d) keys/values -> (B, ...)
+    return out, cache
+
+
 def _to_sample(row: list[int], ends: set[int], tokenizer) -> Sample:
     """Cut a generated row after its first EOS (what follows is padding)."""
     stop = next((i for i, t in enumerate(row) if t in ends), None)
