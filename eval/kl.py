@@ -45,6 +45,7 @@ import torch
 import yaml
 
 from common.generation.base import Sample, check_same_architecture
+from common.generation.hf import prefill_shared
 from common.layout import CHECKPOINT_CONFIG
 
 KEYS = ("kl_to_initial_k1", "kl_to_initial_k1_stderr", "kl_to_initial_k3",
@@ -92,10 +93,12 @@ def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequen
     """log softmax(logits / temperature) of each response token given its prompt and the
     response tokens before it, one float64 array per row (length = len(response)).
 
-    Rows are right-padded (the pad positions come after every real token, so under the
-    causal mask they change no real position) and `batch_size` rows go per forward. The
+    `batch_size` rows go per forward pair: consecutive rows with the same prompt (a
+    problem's n samples) share one pass over it (`common.generation.hf.prefill_shared`,
+    prompts left-padded), then the responses run on its copied KV cache, right-padded (pad
+    positions come after every real token, so under the causal mask they change none). The
     log-softmax runs in float32 or the model's wider dtype (float64 in the exact tests).
-    Legend: B rows, S = longest prompt + response.
+    Legend: B rows, U distinct prompts among them, P longest prompt, R longest response.
     """
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: the KL needs a sampling distribution "
@@ -104,24 +107,53 @@ def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequen
     out: list[np.ndarray] = []
     with torch.no_grad():
         for start in range(0, len(prompts), batch_size):
-            rows = [list(p) + list(r) for p, r in zip(prompts[start:start + batch_size],
-                                                      responses[start:start + batch_size])]
-            width = max(len(r) for r in rows)
-            ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, S); 0 pads, masked
-            mask = torch.zeros(len(rows), width, dtype=torch.long)
-            for i, r in enumerate(rows):
-                ids[i, : len(r)] = torch.tensor(r)
-                mask[i, : len(r)] = 1
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            wide = torch.promote_types(logits.dtype, torch.float32)
-            logp = torch.log_softmax(logits.to(wide) / temperature, dim=-1)  # (B, S, V)
-            for i, (p, r) in enumerate(zip(prompts[start:start + batch_size],
-                                           responses[start:start + batch_size])):
-                # position t predicts token t + 1: response token j sits at len(p) + j
-                pos = torch.arange(len(p) - 1, len(p) + len(r) - 1, device=logp.device)
-                tok = torch.tensor(list(r), dtype=torch.long, device=logp.device)
+            rows_p = [list(p) for p in prompts[start:start + batch_size]]
+            rows_r = [list(r) for r in responses[start:start + batch_size]]
+            logp = _batch_logprobs(model, rows_p, rows_r, temperature, device)  # (B, R, V)
+            for i, r in enumerate(rows_r):
+                pos = torch.arange(len(r), device=logp.device)
+                tok = torch.tensor(r, dtype=torch.long, device=logp.device)
                 out.append(logp[i, pos, tok].double().cpu().numpy())
     return out
+
+
+def _batch_logprobs(model, rows_p: list[list[int]], rows_r: list[list[int]],
+                    temperature: float, device) -> torch.Tensor:
+    """(B, R, V) log-probs predicting each row's response tokens: position j predicts
+    response token j (j = 0 from the prompt's last position)."""
+    distinct: list[list[int]] = []
+    prompt_of = []
+    for p in rows_p:
+        if not distinct or p != distinct[-1]:
+            distinct.append(p)
+        prompt_of.append(len(distinct) - 1)
+    P = max(len(p) for p in distinct)
+    ids = torch.zeros(len(distinct), P, dtype=torch.long)  # (U, P); 0 pads, masked
+    mask = torch.zeros(len(distinct), P, dtype=torch.long)
+    for u, p in enumerate(distinct):
+        ids[u, P - len(p):] = torch.tensor(p)
+        mask[u, P - len(p):] = 1
+    rows = torch.tensor(prompt_of, device=device)  # (B,)
+    mask = mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)  # (U, P)
+    first, cache = prefill_shared(model, ids.to(device), mask, positions, rows)
+    logits = first.logits[:, -1:][rows]  # (B, 1, V): predicts response token 0
+    R = max(len(r) for r in rows_r)
+    if R > 1:
+        rid = torch.zeros(len(rows_r), R - 1, dtype=torch.long)  # (B, R-1): tokens 0..R-2
+        rmask = torch.zeros(len(rows_r), R - 1, dtype=torch.long)
+        for i, r in enumerate(rows_r):
+            if len(r) > 1:
+                rid[i, : len(r) - 1] = torch.tensor(r[:-1], dtype=torch.long)
+                rmask[i, : len(r) - 1] = 1
+        start = mask.sum(-1)[rows]  # (B,) each row's prompt length: its first response position
+        rest = model(input_ids=rid.to(device),
+                     attention_mask=torch.cat([mask[rows], rmask.to(device)], dim=-1),
+                     position_ids=start[:, None] + torch.arange(R - 1, device=device),
+                     past_key_values=cache, use_cache=True).logits  # (B, R-1, V)
+        logits = torch.cat([logits, rest], dim=1)
+    wide = torch.promote_types(logits.dtype, torch.float32)
+    return torch.log_softmax(logits.to(wide) / temperature, dim=-1)
 
 
 # ---------------------------------------------------------------------------------------

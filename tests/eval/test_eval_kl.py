@@ -127,6 +127,22 @@ def test_response_logprobs_match_an_unpadded_prefix_by_prefix_forward():
         np.testing.assert_allclose(g, want, rtol=0, atol=1e-12)
 
 
+def test_rows_sharing_a_prompt_get_each_their_own_responses_log_probs():
+    """A problem's samples share one pass over their prompt (its KV cache copied to each
+    row): still every row's exact prefix-by-prefix log-probs, whatever the batch split, the
+    prompts' lengths, or an empty response beside long ones."""
+    model = _tiny_lm(2)
+    prompts = [[0, 1], [0, 1], [0, 1], [2], [1, 2, 0], [1, 2, 0], [2]]
+    responses = [[2, 3], [1], [], [0, 1, 1, 3], [3], [0, 0, 2], [1, 3]]
+    for batch_size in (2, 3, 7):
+        got = kl.response_logprobs(model, prompts, responses, batch_size=batch_size)
+        assert [len(g) for g in got] == [len(r) for r in responses]
+        for p, r, g in zip(prompts, responses, got):
+            want = [math.log(_next_token_dist(model, p + r[:j], 1.0)[r[j]])
+                    for j in range(len(r))]
+            np.testing.assert_allclose(g, want, rtol=0, atol=1e-12)
+
+
 def test_the_samples_settings_decide_whether_a_kl_is_estimated():
     assert kl.skip_reason(1.0, 1.0) is None and kl.skip_reason(0.6, 1.0) is None
     assert "top_p=0.95" in kl.skip_reason(1.0, 0.95)
