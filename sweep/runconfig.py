@@ -67,8 +67,11 @@ def run_config_yaml(cfg: dict) -> str:
 def train_command(sweep: SweepConfig) -> str:
     """The trainer's launch command for one train job: `python -m trainer`, or, when the
     sweep gives a train job several GPUs, one process per GPU under torchrun (FSDP2) via
-    `trainer.launch` (torchrun with the trainer's exit code 75 on preemption)."""
+    `trainer.launch` (torchrun with the trainer's exit code 75 on preemption); with
+    eval.group: train, `python -m sweep.job` (training, then the evaluation after `--`)."""
     gpus, nodes = sweep.resources.train.gpus, sweep.resources.train.nodes
+    if sweep.eval.group == "train":  # one process (the sweep refuses several GPUs here)
+        return "python -m sweep.job"
     if nodes > 1:  # one launcher per node, rendezvous from SLURM's environment
         return (f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 python -m trainer.launch "
                 f"--slurm --nproc-per-node {max(gpus, 1)} -m trainer")

@@ -118,9 +118,11 @@ class EvalSpec(Strict):
         "checkpoints (workflow/rules/crosscheck.smk); the report compares them with ours")
     crosscheck_steps: Literal["last", "all"] | list[int] = Field(
         "last", description="checkpoints to cross-check: the last eval step, all, or a list")
-    group: Literal["run", "checkpoint"] = Field(
+    group: Literal["run", "checkpoint", "train"] = Field(
         "run", description="one evaluation job per run (all its checkpoints x benchmarks, one "
-        "engine start-up, after training) or per checkpoint (all benchmarks; jobs run in parallel)")
+        "engine start-up, after training), per checkpoint (all benchmarks; jobs run in "
+        "parallel), or none: the training job evaluates its run itself, in the same process "
+        "(`python -m sweep.job`: one start-up per run; single-process training only)")
 
     @field_validator("steps")
     @classmethod
@@ -237,6 +239,16 @@ class SweepConfig(Strict):
     paper_setting: PaperSetting | None = None
     tiny: TinySpec = TinySpec()
     results_dir: str = Field("results", description="root of all outputs")
+
+    @model_validator(mode="after")
+    def _train_group_is_one_process(self) -> SweepConfig:
+        train = self.resources.train
+        if self.eval.group == "train" and (train.gpus > 1 or train.nodes > 1):
+            raise ValueError(
+                f"eval.group: train evaluates inside the training process, but "
+                f"resources.train asks for {train.gpus} GPUs on {train.nodes} node(s) (one "
+                "process each, every one would evaluate); use eval.group: run")
+        return self
 
     @property
     def out_dir(self) -> Path:

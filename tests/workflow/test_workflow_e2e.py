@@ -126,3 +126,32 @@ def test_eval_group_checkpoint_trains_in_segments_and_evaluates_each(finished):
         assert json.loads((run / f"eval/step_{step}/toy.json").read_text())["step"] == step
     logs = root / "results/segmented/logs/train"
     assert (logs / f"grpo_s0.step_{STEPS // 2}.log").exists() and (logs / "grpo_s0.log").exists()
+
+
+def test_eval_group_train_evaluates_inside_the_training_job(finished):
+    """eval.group: train, for real: no evaluation job; the train job (`python -m sweep.job`)
+    trains, then evaluates every checkpoint in the same process, into the same files and
+    MLflow run an evaluation job would have written."""
+    root, _, _ = finished
+    config = micro_sweep(root, "intrain", ["GRPO"],
+                         model=str(root / "results" / "micro" / "model"), initial_eval=False)
+    reuse_report_extras(root / "results" / "micro", root / "results" / "intrain")
+    data = yaml.safe_load(config.read_text())
+    data["eval"]["group"] = "train"
+    config.write_text(yaml.safe_dump(data))
+    proc = smk(root, config)
+    assert proc.returncode == 0
+    assert "evaluate_run" not in proc.stdout + proc.stderr
+    run = root / "results/intrain/runs/grpo_s0"
+    for step in (STEPS // 2, STEPS):
+        for bench in ("toy", "aime24"):
+            assert json.loads((run / f"eval/step_{step}/{bench}.json").read_text())["step"] == step
+    log = (root / "results/intrain/logs/train/grpo_s0.log").read_text()
+    assert "[trainer] run directory" in log and f"toy step={STEPS} mean@2" in log
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root}/results/intrain/mlflow.db")
+    run_id = (run / "mlflow_run_id").read_text().strip()
+    history = client.get_metric_history(run_id, "eval/toy/dapo/mean")
+    assert sorted(m.step for m in history) == [STEPS // 2, STEPS]
+    assert (root / "results/intrain/report.md").is_file()

@@ -39,6 +39,7 @@ RUNS = {cell.run_id: cell for cell in CELLS}
 RUN_IDS = list(RUNS)
 STEPS = SWEEP.eval.steps
 SEGMENTS = segment_steps(SWEEP)  # eval.group checkpoint: train in segments up to these steps
+EVAL_IN_TRAIN = SWEEP.eval.group == "train"  # the train job evaluates its run (sweep/job.py)
 BENCHES = SWEEP.eval.benchmarks
 TINY = SWEEP.base.get("model", {}).get("path", "tiny") == "tiny"
 MODEL_DIR = str(LAYOUT.model)
@@ -79,10 +80,21 @@ def previous_segment(wildcards, before=None):
     return [str(LAYOUT.run(wildcards.run_id).segment(earlier[-1]))] if earlier else []
 
 
-def runtime(kind):
-    """Minutes for a job of `kind`; each retry gets proportionally more."""
-    base = getattr(SWEEP.resources, kind).runtime_min
+def runtime(kind, checkpoints=0):
+    """Minutes for a job of `kind`, plus `checkpoints` evaluations (resources.evaluate's
+    runtime_min is per checkpoint); each retry gets proportionally more."""
+    base = (getattr(SWEEP.resources, kind).runtime_min
+            + checkpoints * SWEEP.resources.evaluate.runtime_min)
     return lambda wildcards, attempt: base * attempt
+
+
+def run_evals(run_id="{run_id}", steps=None):
+    """A run's evaluation outputs: summaries (flagged for `snakemake --report`) and samples."""
+    steps = STEPS if steps is None else steps
+    run = LAYOUT.run(run_id)
+    return {"summaries": [summary_for_report(str(run.eval_summary(s, b)), b, s, run_id)
+                          for s in steps for b in BENCHES],
+            "samples": [str(run.eval_samples(s, b)) for s in steps for b in BENCHES]}
 
 
 def _tracking_warning(message):

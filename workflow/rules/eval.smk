@@ -4,6 +4,8 @@
 #               jobs and start-ups; the default (a 2-core laptop pays ~10 s per start-up).
 #   checkpoint: one job per (run, checkpoint step): all benchmarks. More jobs that can run
 #               in parallel (a cluster with idle GPUs).
+#   train:      no evaluation job: the train job evaluates its run in the same process
+#               (train.smk, sweep/job.py), one start-up per run instead of two (config/default).
 # `run` waits for the run's DONE. `checkpoint` waits for the training segment that wrote
 # its checkpoint (train.smk: with this grouping a run trains in one job per eval step), so
 # evaluation overlaps training: Snakemake sees a job's outputs only when the job ends, so
@@ -16,9 +18,7 @@ if SWEEP.eval.group == "run":
         input:
             done=str(RUN.done),
         output:
-            summaries=[summary_for_report(str(RUN.eval_summary(s, b)), b, s)
-                       for s in STEPS for b in BENCHES],
-            samples=[str(RUN.eval_samples(s, b)) for s in STEPS for b in BENCHES],
+            **run_evals(),
         params:
             args=lambda wc: eval_args(SWEEP, wc.run_id, STEPS, BENCHES),
         conda:
@@ -36,7 +36,7 @@ if SWEEP.eval.group == "run":
         shell:
             "python -m eval {params.args} > {log} 2>&1"
 
-else:
+elif SWEEP.eval.group == "checkpoint":
 
     rule evaluate:
         input:

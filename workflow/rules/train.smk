@@ -55,16 +55,21 @@ if SEGMENTS:
             " --parent-run-id-file {params.parent} > {log} 2>&1"
 
 
+# With eval.group: train the job also evaluates the run's checkpoints, in the same process
+# (`python -m sweep.job`, the trainer then the evaluation), so the outputs include them.
 rule train:
     input:
         cfg=rules.run_config.output[0],
         model=[MODEL_DIR] if TINY else [],
         previous=previous_segment,
     output:
-        str(RUN.done),
+        done=str(RUN.done),
+        **(run_evals() if EVAL_IN_TRAIN else {}),
     params:
         parent=str(LAYOUT.parent_run_id),
         trainer=train_command(SWEEP),
+        evaluate=lambda wc: (f" -- {eval_args(SWEEP, wc.run_id, STEPS, BENCHES)}"
+                             if EVAL_IN_TRAIN else ""),
     conda:
         "../envs/harness.yaml"
     log:
@@ -74,10 +79,10 @@ rule train:
     threads: SWEEP.resources.train.cpus
     resources:
         mem_mb=SWEEP.resources.train.mem_mb,
-        runtime=runtime("train"),
+        runtime=runtime("train", len(STEPS) if EVAL_IN_TRAIN else 0),
         **train_slurm_resources(SWEEP),  # GPUs, nodes, tasks in the SLURM plugin's names
     # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
     # warning, scancel, requeue) reaches it instead of killing the shell around it.
     shell:
         "exec {params.trainer} --config {input.cfg} --parent-run-id-file {params.parent}"
-        " > {log} 2>&1"
+        "{params.evaluate} > {log} 2>&1"
