@@ -54,8 +54,8 @@ def test_built_env_is_reused(tmp_path):
 
 @pytest.mark.parametrize(("overlay", "needle"), [
     ({"eval": {"crosscheck": ["lm_eval"]}}, "eval.crosscheck.0"),
-    ({"eval": {"crosscheck": ["lighteval"], "crosscheck_steps": [30]}},
-     "eval.crosscheck_steps names [30], which eval.steps [20, 40, 60, 80, 100] does not list"),
+    ({"eval": {"crosscheck": ["lighteval"], "crosscheck_steps": [35]}},
+     "eval.crosscheck_steps names [35], which eval.steps [10, 20, 30, 40] does not list"),
 ])
 def test_bad_crosscheck_fails_before_any_job(tmp_path, overlay, needle):
     proc = _dry_run(tmp_path, overlay=overlay)

@@ -51,15 +51,19 @@ def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
-def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["padded", "share_prompt"])
+def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path, shared):
     """Same global batch, 2 mini-batch updates (the second off-policy), a token budget:
     old log-probs, loss metrics, the first mini-batch's gradients (before the optimizer)
     and the updated weights agree in float32. The script runs Adam with eps = 1, whose step
     is Lipschitz in the gradient, so float32 reduction noise in a gradient stays noise in
-    the weights on any CPU kernel (AVX2, AVX-512, ATEN_CPU_CAPABILITY=default)."""
+    the weights on any CPU kernel (AVX2, AVX-512, ATEN_CPU_CAPABILITY=default). With
+    optim.share_prompt and whole groups (the default's settings) the backbone runs twice per
+    FSDP2 forward (prompts, then responses on their cache): still the same update."""
+    extra = {"share_prompt": True, "whole_groups": True} if shared else {}
     cfg = write_config(tmp_path, "eq", model_path=tiny_dir,
                        optim={"max_tokens_per_micro_batch": 40, "micro_batch_size": 3,
-                              "lr": 0.05})
+                              "lr": 0.05, **extra})
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     script = str(HERE / "dist_update_script.py")
     for cmd, out in (([sys.executable, script], one), ([*TORCHRUN, script], two)):

@@ -87,7 +87,7 @@ def test_run_configs_carry_the_cells_method(files, monkeypatch):
 
 def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
     """eval.group: checkpoint -> one job per (run, step) evaluating every benchmark
-    (default sweep: 18 runs x 5 steps = 90, against 18 with the default eval.group: run),
+    (default sweep: 18 runs x 4 steps = 72, against 18 with the default eval.group: run),
     and the run trains in segments so that each evaluation waits only for its own
     checkpoint's segment (the last one waits for DONE), overlapping the rest of training."""
     overlay = tmp_path / "group.yaml"
@@ -96,8 +96,8 @@ def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
                          "config/default.yaml", str(overlay), "--config",
                          f"results_dir={tmp_path}")
     counts = job_counts(proc.stdout)
-    assert counts["evaluate"] == 90 and "evaluate_run" not in counts, counts
-    assert counts["train_segment"] == 18 * 4 and counts["train"] == 18, counts
+    assert counts["evaluate"] == 72 and "evaluate_run" not in counts, counts
+    assert counts["train_segment"] == 18 * 3 and counts["train"] == 18, counts
     assert counts["evaluate_initial"] == 1, counts
     inputs = {}  # (rule, output's run and step) -> input
     for block in proc.stdout.split("\nrule ")[1:]:
@@ -107,10 +107,10 @@ def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
         if out and out[1] == "grpo_s0":
             inputs[rule, out[2]] = found[1] if found else ""
     run = f"{tmp_path}/default/runs/grpo_s0"
-    assert inputs["evaluate", "step_20"] == f"{run}/segments/step_20"
-    assert inputs["evaluate", "step_100"] == f"{run}/DONE"
-    assert f"{run}/segments/step_20" in inputs["train_segment", "step_40"]
-    assert f"{run}/segments/step_80" in inputs["train", "DONE"]
+    assert inputs["evaluate", "step_10"] == f"{run}/segments/step_10"
+    assert inputs["evaluate", "step_40"] == f"{run}/DONE"
+    assert f"{run}/segments/step_10" in inputs["train_segment", "step_20"]
+    assert f"{run}/segments/step_30" in inputs["train", "DONE"]
 
 
 def test_lint_is_clean():
