@@ -273,13 +273,12 @@ def _shared_prompt_states(backbone, batch: PackedBatch) -> torch.Tensor:
     out, cache = prefill_shared(backbone, batch.input_ids[first, :P], attn[first, :P],
                                 position_ids[first, :P], prompt_of)
     last = out.last_hidden_state[:, -1][prompt_of]  # (B, H): left padding ends prompts at P-1
-    if T == 1:
-        return last[:, None]
-    rest = backbone(input_ids=batch.input_ids[:, P : P + T - 1],
-                    attention_mask=attn[:, : P + T - 1],
-                    position_ids=position_ids[:, P : P + T - 1], past_key_values=cache,
-                    use_cache=True).last_hidden_state  # (B, T-1, H)
-    return torch.cat([last[:, None], rest], dim=1)
+    # All T response tokens, though the last one's state predicts nothing: every forward
+    # then makes the same two backbone calls, which FSDP2's collectives need on every rank.
+    rest = backbone(input_ids=batch.input_ids[:, P:], attention_mask=attn,
+                    position_ids=position_ids[:, P:], past_key_values=cache,
+                    use_cache=True).last_hidden_state  # (B, T, H)
+    return torch.cat([last[:, None], rest[:, : T - 1]], dim=1)
 
 
 def response_logprobs(

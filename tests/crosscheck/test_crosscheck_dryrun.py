@@ -14,8 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from test_workflow_dryrun import job_counts  # noqa: E402
 from workflow_helpers import REPO, run_snakemake  # noqa: E402
 
+# The default's train jobs evaluate their runs (eval.group: train): no evaluate_run jobs.
 DEFAULT = {"tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18,
-           "evaluate_run": 18, "audit": 1, "paper_figures": 1, "report": 1, "all": 1}
+           "audit": 1, "paper_figures": 1, "report": 1, "all": 1}
 # 18 runs (6 methods x 3 seeds) x 2 benchmarks per cross-checked step; one env, one export
 # per benchmark.
 STAGE = {"lighteval_env": 1, "crosscheck_benchmark": 2, "concordance": 1}
@@ -33,8 +34,8 @@ def _dry_run(tmp_path, *files, overlay=None):
 
 @pytest.mark.parametrize(("overlay", "lighteval_jobs"), [
     (None, 36),                                        # last step only (the default)
-    ({"eval": {"crosscheck_steps": "all"}}, 180),      # 5 steps
-    ({"eval": {"crosscheck_steps": [20, 60]}}, 72),
+    ({"eval": {"crosscheck_steps": "all"}}, 144),      # 4 steps
+    ({"eval": {"crosscheck_steps": [20, 40]}}, 72),
 ])
 def test_crosscheck_job_counts(tmp_path, overlay, lighteval_jobs):
     proc = _dry_run(tmp_path, "config/ablations/crosscheck.yaml", overlay=overlay)

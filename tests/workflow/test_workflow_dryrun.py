@@ -12,23 +12,28 @@ from sweep.runconfig import merged, run_config
 from trainer.config import RunConfig
 
 
-def jobs(runs: int, *, tiny: bool = True, **extra: int) -> dict[str, int]:
-    """Exact job counts per rule of a sweep of `runs` runs: run_config, train and
-    evaluate_run once a run, the sweep-wide rules once (with the tiny model and its step-0
-    evaluation where the sweep builds it), plus `extra` rules."""
+def jobs(runs: int, *, tiny: bool = True, eval_in_train: bool = False,
+         **extra: int) -> dict[str, int]:
+    """Exact job counts per rule of a sweep of `runs` runs: run_config, train and (unless
+    the train job evaluates, eval.group: train) evaluate_run once a run, the sweep-wide rules
+    once (with the tiny model and its step-0 evaluation where the sweep builds it), plus
+    `extra` rules."""
     counts = {"tiny_model": 1, "evaluate_initial": 1} if tiny else {}
-    return {**counts, "run_config": runs, "train": runs, "evaluate_run": runs, "audit": 1,
-            "paper_figures": 1, "report": 1, "all": 1, **extra}
+    per_run = {"run_config": runs, "train": runs} | ({} if eval_in_train
+                                                     else {"evaluate_run": runs})
+    return {**counts, **per_run, "audit": 1, "paper_figures": 1, "report": 1, "all": 1, **extra}
 
 
 def overlay(name: str, runs: int, **extra: int):
-    """The default sweep plus config/ablations/<name>.yaml, and its job counts."""
-    return ("config/default.yaml", f"config/ablations/{name}.yaml"), jobs(runs, **extra)
+    """The default sweep plus config/ablations/<name>.yaml, and its job counts (the
+    default's eval.group: train, so no evaluation jobs)."""
+    return (("config/default.yaml", f"config/ablations/{name}.yaml"),
+            jobs(runs, eval_in_train=True, **extra))
 
 
 # configfiles -> exact job counts per rule (the default has 3 seeds; its overlays inherit them)
 SHIPPED = dict([
-    (("config/default.yaml",), jobs(18)),
+    (("config/default.yaml",), jobs(18, eval_in_train=True)),
     (("config/paper.yaml",), jobs(6, tiny=False)),
     (("config/single-gpu.yaml",), jobs(6, tiny=False)),
     (("config/paper.yaml", "config/paper-4k.yaml"), jobs(8, tiny=False)),
