@@ -263,7 +263,7 @@ def distinct_prompts(batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
 def _shared_prompt_states(backbone, batch: PackedBatch) -> torch.Tensor:
     """(B, T, H) as `_padded_states`, with each distinct prompt computed once (as the hf
     engine's prefill is): the backbone runs on the U distinct prompts (U, P) into a KV
-    cache copied to the B rows (`prefill_shared`), then the responses (B, T-1) run on it.
+    cache copied to the B rows (`prefill_shared`), then the responses (B, T) run on it.
     The same function as the padded pass from U*P + B*T instead of B*(P+T) token
     positions; other matmul shapes, so other last bits."""
     P, T = batch.prompt_len, batch.response_mask.shape[1]

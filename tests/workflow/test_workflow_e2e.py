@@ -105,18 +105,24 @@ def test_killed_training_job_resumes_on_rerun(finished):
     assert rerun.returncode == 0
 
 
+def grouped_sweep(root, name: str, group: str):
+    """A one-run GRPO micro sweep on the finished sweep's model with eval.group `group`,
+    reusing its audit and figures."""
+    config = micro_sweep(root, name, ["GRPO"], model=str(root / "results" / "micro" / "model"),
+                         initial_eval=False)
+    reuse_report_extras(root / "results" / "micro", root / "results" / name)
+    data = yaml.safe_load(config.read_text())
+    data["eval"]["group"] = group
+    config.write_text(yaml.safe_dump(data))
+    return config
+
+
 def test_eval_group_checkpoint_trains_in_segments_and_evaluates_each(finished):
     """eval.group: checkpoint, for real: the run trains in two jobs (a segment up to the
     first eval step, then the rest), each checkpoint is evaluated by its own job, and the
     segmented run logs every step exactly once."""
     root, _, _ = finished
-    config = micro_sweep(root, "segmented", ["GRPO"],
-                         model=str(root / "results" / "micro" / "model"), initial_eval=False)
-    reuse_report_extras(root / "results" / "micro", root / "results" / "segmented")
-    data = yaml.safe_load(config.read_text())
-    data["eval"]["group"] = "checkpoint"
-    config.write_text(yaml.safe_dump(data))
-    proc = smk(root, config)
+    proc = smk(root, grouped_sweep(root, "segmented", "checkpoint"))
     assert proc.returncode == 0
     run = root / "results/segmented/runs/grpo_s0"
     assert (run / "segments" / f"step_{STEPS // 2}").exists() and (run / "DONE").exists()
@@ -133,13 +139,7 @@ def test_eval_group_train_evaluates_inside_the_training_job(finished):
     trains, then evaluates every checkpoint in the same process, into the same files and
     MLflow run an evaluation job would have written."""
     root, _, _ = finished
-    config = micro_sweep(root, "intrain", ["GRPO"],
-                         model=str(root / "results" / "micro" / "model"), initial_eval=False)
-    reuse_report_extras(root / "results" / "micro", root / "results" / "intrain")
-    data = yaml.safe_load(config.read_text())
-    data["eval"]["group"] = "train"
-    config.write_text(yaml.safe_dump(data))
-    proc = smk(root, config)
+    proc = smk(root, grouped_sweep(root, "intrain", "train"))
     assert proc.returncode == 0
     assert "evaluate_run" not in proc.stdout + proc.stderr
     run = root / "results/intrain/runs/grpo_s0"
