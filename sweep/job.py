@@ -29,6 +29,14 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1:]
 
 
+def _exit_code(stop: SystemExit) -> int:
+    """The code a process would exit with on `stop` (its message printed as Python would)."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -40,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.__main__ import main as train
     from trainer.config import load_run_config
 
-    code = train(["train", *train_argv])
+    try:
+        code = train(["train", *train_argv])
+    except SystemExit as stop:  # the trainer's Preempted (75) leaves it this way
+        code = _exit_code(stop)
     if code != 0:
         return code
     parser = argparse.ArgumentParser(add_help=False)

@@ -42,3 +42,53 @@ def test_the_train_group_launches_one_process_and_refuses_several():
     assert train_command(parse_sweep(SWEEP)) == "python -m sweep.job"
     with pytest.raises(SweepError, match="eval.group: train .* 4 GPUs"):
         parse_sweep({**SWEEP, "resources": {"train": {"gpus": 4}}})
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from trainer.tiny import TinyConfig, build_tiny
+
+    config = TinyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                        sft_steps=20, sft_batch_size=16, sft_lr=5e-3)
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model", config, progress=False)
+
+
+def test_a_preempted_training_evaluates_nothing_and_the_rerun_resumes_then_evaluates(
+        tiny_model, tmp_path, capsys):
+    """The job's deadline falls mid-run: the trainer saves and the job returns 75 with no
+    evaluation; the rerun (as Snakemake's retry is) resumes, finishes, then evaluates."""
+    import json
+    import time
+
+    import eval.__main__  # noqa: F401  (imported before the deadline's clock starts)
+    import trainer.__main__  # noqa: F401
+    from common.layout import RunDir
+    from trainer.checkpoint import PREEMPTED_EXIT_CODE
+
+    steps = 16
+    out = RunDir(tmp_path / "runs" / "r")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "run_id": "r", "out_dir": str(out.root), "seed": 0,
+        "model": {"path": str(tiny_model), "device": "cpu"},
+        "rollout": {"n": 2, "prompts_per_step": 2, "max_new_tokens": 8, "overlong_buffer": 2,
+                    "dynamic_sampling": False},
+        "optim": {"steps": steps, "lr": 1e-3},
+        # 16 steps of at least 0.5 s cannot end before a deadline 5 s away
+        "debug": {"sleep_per_step_s": 0.5},
+        "checkpoint": {"eval_steps": [steps], "deadline_margin_s": 0.0},
+        "tracking": {"mlflow_uri": None, "progress": False}}))
+    evaluation = ["--checkpoint", str(out.checkpoint(steps)), "--benchmark", "toy",
+                  "--out", str(tmp_path / "eval"), "--n", "1", "--limit", "2",
+                  "--max-new-tokens", "8", "--no-kl", "--no-progress"]
+
+    code = main(["--config", str(config), "--deadline", str(time.time() + 5), "--",
+                 *evaluation])
+    assert code == PREEMPTED_EXIT_CODE, capsys.readouterr().err[-2000:]
+    assert not out.done.exists() and not (tmp_path / "eval").exists()
+    assert (out.root / "state" / "resume.pt").exists()
+
+    assert main(["--config", str(config), "--", *evaluation]) == 0
+    logged = [json.loads(x)["step"] for x in (out.root / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, steps + 1))
+    assert json.loads((tmp_path / "eval" / "toy.json").read_text())["num_problems"] == 2
