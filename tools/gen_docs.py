@@ -312,10 +312,18 @@ def wall_time(seconds: float) -> str:
 
 
 def _load_note(meta: dict) -> str:
-    """A wall time measured on a shared machine is an upper bound: say so when run.json
-    records the load."""
-    return (" (an upper bound: the machine was shared with other work, load averages in "
-            "`run.json`)" if meta.get("load") else "")
+    """What the wall time is worth: run.json's optional `machine` says whether anything ran
+    beside the sweep ("idle") or not ("shared", assumed when only `load` is recorded: a wall
+    time on a shared machine is an upper bound)."""
+    machine = meta.get("machine", "shared" if meta.get("load") else None)
+    notes = {None: "", "idle": " (an idle machine: nothing else ran beside the sweep",
+             "shared": " (an upper bound: the machine was shared with other work"}
+    if machine not in notes:
+        raise SystemExit(f"run.json: machine is {machine!r}; it is 'idle' (nothing else ran "
+                         "beside the sweep) or 'shared'")
+    if not notes[machine]:
+        return ""
+    return notes[machine] + ("; load averages in `run.json`)" if meta.get("load") else ")")
 
 
 def _report_part(report: str, scorer: str) -> tuple[str, str]:

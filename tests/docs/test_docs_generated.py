@@ -162,3 +162,25 @@ def test_a_snapshot_without_a_provenance_key_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(gen_docs, "REPO", tmp_path)
     with pytest.raises(SystemExit, match=r"run.json: lacks \['cpu'\]"):
         gen_docs.gen_default_results()
+
+
+@pytest.mark.parametrize("extra, note", [
+    ({}, ""),
+    ({"load": "load average: 2.2"}, " (an upper bound: the machine was shared with other work; "
+                                    "load averages in `run.json`)"),
+    ({"load": "load average: 2.2", "machine": "idle"},
+     " (an idle machine: nothing else ran beside the sweep; load averages in `run.json`)"),
+    ({"machine": "shared"}, " (an upper bound: the machine was shared with other work)"),
+])
+def test_the_wall_time_says_whether_the_machine_was_idle(tmp_path, extra, note):
+    """run.json's `machine` (or, without it, a recorded load: shared) decides what the
+    provenance sentence says the wall time is worth."""
+    folder = snapshot(tmp_path, run={**RUN_JSON, **extra})
+    text = gen_docs.snapshot_results(folder, "docs/runs/default-host")
+    assert f"**14 min 30 s** wall time{note}. Its table" in text
+
+
+def test_an_unknown_machine_value_is_refused(tmp_path):
+    folder = snapshot(tmp_path, run={**RUN_JSON, "machine": "busy"})
+    with pytest.raises(SystemExit, match="machine is 'busy'; it is 'idle'"):
+        gen_docs.snapshot_results(folder, "docs/runs/default-host")
