@@ -4,6 +4,13 @@ with several training processes."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -53,15 +60,27 @@ def tiny_model(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", config, progress=False)
 
 
+def _sigterm_after(metrics: Path, lines: int) -> threading.Thread:
+    """A thread that sends this process SIGTERM (a preemption, as SLURM's scancel or time
+    limit does) once `metrics` holds `lines` steps, wherever that falls in time."""
+
+    def watch():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_preempted_training_evaluates_nothing_and_the_rerun_resumes_then_evaluates(
         tiny_model, tmp_path, capsys):
-    """The job's deadline falls mid-run: the trainer saves and the job returns 75 with no
-    evaluation; the rerun (as Snakemake's retry is) resumes, finishes, then evaluates."""
-    import json
-    import time
-
-    import eval.__main__  # noqa: F401  (imported before the deadline's clock starts)
-    import trainer.__main__  # noqa: F401
+    """SIGTERM mid-run: the trainer saves and the job returns 75 with no evaluation; the
+    rerun (as Snakemake's retry is) resumes, finishes, then evaluates."""
     from common.layout import RunDir
     from trainer.checkpoint import PREEMPTED_EXIT_CODE
 
@@ -74,21 +93,25 @@ def test_a_preempted_training_evaluates_nothing_and_the_rerun_resumes_then_evalu
         "rollout": {"n": 2, "prompts_per_step": 2, "max_new_tokens": 8, "overlong_buffer": 2,
                     "dynamic_sampling": False},
         "optim": {"steps": steps, "lr": 1e-3},
-        # 16 steps of at least 0.5 s cannot end before a deadline 5 s away
+        # the signal comes at step 2: 14 steps of at least 0.5 s still to go
         "debug": {"sleep_per_step_s": 0.5},
-        "checkpoint": {"eval_steps": [steps], "deadline_margin_s": 0.0},
+        "checkpoint": {"eval_steps": [steps]},
         "tracking": {"mlflow_uri": None, "progress": False}}))
     evaluation = ["--checkpoint", str(out.checkpoint(steps)), "--benchmark", "toy",
                   "--out", str(tmp_path / "eval"), "--n", "1", "--limit", "2",
                   "--max-new-tokens", "8", "--no-kl", "--no-progress"]
 
-    code = main(["--config", str(config), "--deadline", str(time.time() + 5), "--",
-                 *evaluation])
+    watcher = _sigterm_after(out.root / "metrics.jsonl", lines=2)
+    code = main(["--config", str(config), "--", *evaluation])
+    watcher.join(timeout=1)
     assert code == PREEMPTED_EXIT_CODE, capsys.readouterr().err[-2000:]
-    assert not out.done.exists() and not (tmp_path / "eval").exists()
-    assert (out.root / "state" / "resume.pt").exists()
+    assert 2 <= len(logged_steps(out.root)) < steps and not out.done.exists()
+    assert (out.root / "state" / "resume.pt").exists() and not (tmp_path / "eval").exists()
 
     assert main(["--config", str(config), "--", *evaluation]) == 0
-    logged = [json.loads(x)["step"] for x in (out.root / "metrics.jsonl").read_text().splitlines()]
-    assert logged == list(range(1, steps + 1))
+    assert logged_steps(out.root) == list(range(1, steps + 1))
     assert json.loads((tmp_path / "eval" / "toy.json").read_text())["num_problems"] == 2
+
+
+def logged_steps(run: Path) -> list[int]:
+    return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
