@@ -302,6 +302,10 @@ class DebugConfig(_Section):
     fail_at: tuple[int, int] | None = Field(
         None, description="[rank, step]: that rank raises at the start of that step (drill: "
         "one failing rank must end a distributed job)")
+    signal_in_checkpoint: int | None = Field(
+        None, ge=1, description="step whose HF checkpoint write sends SIGTERM to its own "
+        "process (rank 0, the writer) before writing (drill: a signal landing inside a save "
+        "is handled at the next step, which saves its state before exiting 75)")
 
 
 class RunConfig(_Section):

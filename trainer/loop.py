@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import random
+import signal
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -490,6 +492,8 @@ class Trainer:
                 state = {k.removeprefix(prefix): v
                          for k, v in distributed.model_state(self.policy).items()}
             if self.world.main:
+                if self.cfg.debug.signal_in_checkpoint == self.global_step:
+                    os.kill(os.getpid(), signal.SIGTERM)  # the drill: a signal mid-save
                 save_hf_checkpoint(self.model, self.tokenizer, path,
                                    config_yaml=self.config_yaml, dtype=dtype, state_dict=state)
         return path
@@ -950,16 +954,22 @@ def _run_steps(trainer: Trainer, clock: Deadline, until_step: int | None = None)
             stop = bool(cfg.debug.stop_after_steps
                         and steps_this_process >= cfg.debug.stop_after_steps)
             stop = stop or (until_step is not None and trainer.global_step >= until_step)
-            saved_s = trainer.save(force_state=bool(flag.received) or stop)
+            # One reading of the flag decides this step's preemption, on all ranks together
+            # (saving is a collective): a signal that lands later, even inside the save
+            # below, is this decision's next step's, so "preempted, state saved" is never
+            # said of a state that was not saved.
+            received = flag.received
+            preempted = distributed.any_rank(received is not None, world)
+            saved_s = trainer.save(force_state=preempted or stop)
             if saved_s is not None:
                 clock.record_save(saved_s)
             if trainer.global_step >= cfg.optim.steps:
                 break
-            if distributed.any_rank(flag.received is not None, world):
+            if preempted:
                 if world.main:
-                    print(f"[trainer] preempted ({flag.received or 'a peer rank'}) at step "
+                    print(f"[trainer] preempted ({received or 'a peer rank'}) at step "
                           f"{trainer.global_step}, state saved, rerun to resume", flush=True)
-                raise Preempted(flag.received or "SIGTERM", trainer.global_step)
+                raise Preempted(received or "SIGTERM", trainer.global_step)
             if stop:
                 return "KILLED"
     return "FINISHED"

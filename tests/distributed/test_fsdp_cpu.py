@@ -124,6 +124,30 @@ def test_sigterm_saves_on_every_rank_exits_75_and_resumes_at_either_world_size(t
     assert [r["step"] for r in metrics(out)] == list(range(1, done + 2))
 
 
+def test_a_signal_inside_rank0s_checkpoint_write_leaves_a_state_on_every_rank(tiny_dir,
+                                                                              tmp_path):
+    """Rank 0 sends itself SIGTERM from inside step 2's HF checkpoint write (only rank 0
+    writes it; debug.signal_in_checkpoint). Both ranks decide the preemption at step 3 from
+    one collective reading and save before exiting 75; the two-reading loop exited 75 at
+    step 2 with no state."""
+    cfg = write_config(tmp_path, "term-in-save", model_path=tiny_dir,
+                       optim={"steps": 5}, checkpoint={"eval_steps": [2]},
+                       debug={"signal_in_checkpoint": 2})
+    out = tmp_path / "runs" / "term-in-save"
+    proc = run([*TORCHRUN, "-m", "trainer", "--config", str(cfg)])
+    assert proc.returncode == PREEMPTED_EXIT_CODE, proc.stderr[-3000:]
+    assert "preempted (SIGTERM) at step 3, state saved" in proc.stdout
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3]
+    assert (out / "state" / "resume.pt").exists()
+    assert len(list((out / "state").glob("**/*.distcp"))) == 2  # one shard file per rank
+    data = yaml.safe_load(cfg.read_text())
+    data["debug"]["signal_in_checkpoint"] = None
+    cfg.write_text(yaml.safe_dump(data))
+    proc = run([*TORCHRUN, "-m", "trainer", "--config", str(cfg)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4, 5]
+
+
 def test_a_failing_rank_ends_the_job_promptly_with_its_error(tiny_dir, tmp_path):
     cfg = write_config(tmp_path, "fail", model_path=tiny_dir, optim={"steps": 50},
                        debug={"fail_at": [1, 2]})

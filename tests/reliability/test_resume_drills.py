@@ -98,3 +98,32 @@ def test_sigterm_says_where_it_stopped_and_done_leaves_no_empty_state_dir(tmp_pa
     # resume to the end: the state file is removed, and so is its (now empty) folder
     train(_cfg(tmp_path, tiny_model, optim={"steps": step + 1}))
     assert (run / "DONE").exists() and not (run / "state").exists()
+
+
+def test_a_signal_inside_the_checkpoint_write_still_leaves_the_state_it_reports(tmp_path,
+                                                                                tiny_model):
+    """SIGTERM sent from inside step 2's HF checkpoint write (debug.signal_in_checkpoint):
+    the step's preemption was decided before the save, so step 3 runs, saves its state and
+    only then says "preempted ... state saved". The flag used to be read twice (once for the
+    save, once for the exit), so this signal skipped the save and still exited 75 with
+    "state saved" and no state."""
+    cfg = _cfg(tmp_path, tiny_model, optim={"steps": 6}, checkpoint={"eval_steps": [2]},
+               debug={"signal_in_checkpoint": 2})
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    run = Path(cfg.out_dir)
+    proc = subprocess.run([sys.executable, "-m", "trainer", "--config", str(path)],
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 75, proc.stderr[-3000:]
+    assert "preempted (SIGTERM) at step 3, state saved, rerun to resume" in proc.stdout
+    assert (run / "state" / "resume.pt").exists() and _steps(run) == [1, 2, 3]
+    assert (run / "checkpoints" / "step_2" / "model.safetensors").exists()
+    data = yaml.safe_load(path.read_text())
+    data["debug"]["signal_in_checkpoint"] = None
+    path.write_text(yaml.safe_dump(data))
+    rerun = subprocess.run([sys.executable, "-m", "trainer", "--config", str(path)],
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resuming" in rerun.stdout and "at step 3" in rerun.stdout
+    assert _steps(run) == [1, 2, 3, 4, 5, 6] and (run / "DONE").exists()
