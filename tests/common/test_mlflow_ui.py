@@ -72,7 +72,7 @@ def test_mlflow_ui_in_a_browser_opens_on_the_runs_table(tmp_path):
     and two nested children); Chromium renders the link docs/mlflow.md gives and the runs
     table holds the parent and its children. .ci/run installs Debian's chromium."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "chromium not found: `apt-get install -y chromium` (.ci/run does)"
+    assert chromium, "chromium not found: `apt-get install -y chromium` (tools/test.sh does)"
     sweep = _sweep(tmp_path)
     parent = start_parent_run(sweep, tmp_path / "parent")
     c = client(sweep.mlflow_uri)

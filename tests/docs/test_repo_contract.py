@@ -1,6 +1,9 @@
 """The README's two commands are what CI runs, and the README and docs/ show what exists."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,27 +12,66 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "config/README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
+TEST_COMMAND = "tools/test.sh"
+
+
 def readme_commands() -> list[str]:
     """The indented one-line commands before the README's first section."""
     head = (REPO / "README.md").read_text().split("\n## ")[0]
-    return re.findall(r"^    (pip install torch==2\.13\.0 && .+)$", head, re.M)
+    return re.findall(r"^    (\S.+)$", head, re.M)
 
 
 def test_readme_opens_with_exactly_two_one_line_commands():
     commands = readme_commands()
     assert len(commands) == 2
     main, tests = commands
-    assert main.endswith("snakemake -c all")
-    assert tests.endswith("pytest")
+    assert main.startswith("pip install torch==2.13.0 && ") and main.endswith("snakemake -c all")
+    assert tests == TEST_COMMAND
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
     ci = (REPO / ".ci/run").read_text().splitlines()
     assert readme_commands()[1] in ci
+    assert not any("apt-get" in line for line in ci)  # the command installs; CI adds nothing
 
 
 def test_development_page_shows_the_same_test_command():
     assert "    " + readme_commands()[1] in (REPO / "docs/development.md").read_text().splitlines()
+
+
+def _script_list(name: str) -> set[str]:
+    match = re.search(rf'^{name}="([^"]+)"$', (REPO / TEST_COMMAND).read_text(), re.M)
+    assert match, f"{TEST_COMMAND} defines no {name}"
+    return set(match.group(1).split())
+
+
+def test_the_test_command_installs_every_system_package_the_tests_need():
+    """SLURM's packages as the SLURM fixture names them, and the browser the MLflow UI test
+    opens: on a fresh machine the command installs them instead of the suite skipping."""
+    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    from slurm_cluster import DAEMONS, PACKAGES
+
+    packages, programs = _script_list("SYSTEM_PACKAGES"), _script_list("SYSTEM_PROGRAMS")
+    assert set(PACKAGES.split()) | {"chromium"} <= packages
+    assert set(DAEMONS) <= programs | {"munged"} and {"chromium", "sbatch"} <= programs
+    assert os.access(REPO / TEST_COMMAND, os.X_OK)
+
+
+def test_the_test_command_stops_in_one_line_where_it_cannot_install(tmp_path):
+    """A machine without the programs and without root: one line naming the fix, exit 1,
+    and nothing installed or run (PATH holds only a fake `id` saying uid 1000)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"id": "echo 1000", "apt-get": "exit 0", "dirname": 'echo "${1%/*}"'}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    proc = subprocess.run(["/bin/bash", str(REPO / TEST_COMMAND)], capture_output=True,
+                          text=True, env={"PATH": str(bin_dir)}, timeout=60)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs root" in lines[0], proc.stderr
+    assert "sudo apt-get install -y slurmctld slurmd slurm-client munge chromium" in lines[0]
+    assert proc.stdout == ""
 
 
 def test_readme_is_a_front_door():

