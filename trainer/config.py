@@ -34,6 +34,7 @@ from common.generation import ENGINES
 from common.grading import SCORERS
 from common.layout import RunDir, SweepDir
 from common.prompts import TEMPLATES
+from trainer.attention import implementations as attention_implementations
 from trainer.optimizers import OPTIMIZERS
 
 # Names come from the registries that own them; these types only spell them for pydantic.
@@ -62,15 +63,36 @@ class ModelConfig(_Section):
         "auto", description="autocast dtype for forward passes; auto = bfloat16 on cuda"
     )
     gradient_checkpointing: bool = Field(
-        False, description="recompute activations in the backward pass (memory for time)")
+        False, description="recompute activations in the backward pass (memory for time; "
+        "`python -m sweep.sizing` says whether a job fits without)")
+    checkpointing: Literal["full", "selective"] = Field(
+        "full", description="with gradient_checkpointing: full recomputes each decoder layer's "
+        "forward; selective keeps its matmul and attention outputs and recomputes only the "
+        "element-wise ops (norms, rotary, activations): more memory, less recompute")
+    compile: bool = Field(
+        False, description="torch.compile each decoder layer (regional; the first steps "
+        "compile, a GPU lever: docs/performance.md); generation stays eager")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
-    attn_implementation: str | None = Field(None, description="e.g. sdpa, flash_attention_2")
+    attn_implementation: str | None = Field(
+        None, description="transformers attention: sdpa, eager, torch_varlen (padding-free "
+        "micro-batches on torch's own variable-length kernel, no extra wheel; the GPU "
+        "presets'), flash_attention_2 (needs the flash-attn extra), ...; null = the model's")
     reference_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="storage dtype of a held reference model (no optimizer, so no "
         "master copy needed); auto = bfloat16 when compute_dtype resolves to bfloat16")
     reference_offload: bool = Field(
         False, description="keep the held reference's shards on the CPU between its forwards "
         "(FSDP2 CPUOffloadPolicy; GPU memory for PCIe traffic, once per rollout batch)")
+
+
+    @field_validator("attn_implementation")
+    @classmethod
+    def _known_attention(cls, v: str | None) -> str | None:
+        known = attention_implementations()
+        if v is not None and v not in known:
+            raise ValueError(f"unknown attention implementation {v!r}; choose one of "
+                             f"{sorted(known)}")
+        return v
 
 
 class TaskConfig(_Section):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
+import functools
 import os
 import pickle
 from dataclasses import dataclass
@@ -105,20 +106,53 @@ def mixed_precision(param_dtype: torch.dtype | None):
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
 
 
+def _cast_output(dtype: torch.dtype, module, args, output):
+    """Forward hook: `output`'s floating tensors (a tensor or a tuple of them) in `dtype`."""
+    def cast(t):
+        return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+    return tuple(cast(t) for t in output) if isinstance(output, tuple) else cast(output)
+
+
+def layer_inputs_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Make what enters the decoder layers already `dtype`: the token embeddings and the
+    rotary (cos, sin) the backbone computes once for all layers are cast as they are made.
+
+    Why: FSDP2's policy casts a layer's floating inputs to its param dtype in the layer's
+    pre-forward hook, which runs inside transformers' activation checkpoint; before torch
+    2.13 (pytorch#159359, fixed by #182580) the recompute skips that cast, so the layer
+    recomputes from float32 inputs what it computed from bf16 ones and the backward stops
+    with "CheckpointError: Recomputed values ... saved bf16, recomputed float32". Inputs
+    that are already bf16 make the cast a no-op in both passes on every torch, and the
+    layers compute exactly what FSDP2's cast gave them. Idempotent."""
+    backbone = model.get_decoder()
+    if getattr(backbone, "_layer_inputs_dtype", None) == dtype:
+        return
+    hook = functools.partial(_cast_output, dtype)
+    for module in (backbone.get_input_embeddings(), getattr(backbone, "rotary_emb", None)):
+        if module is not None:
+            module.register_forward_hook(hook)
+    backbone._layer_inputs_dtype = dtype
+
+
 def apply_fsdp(model: torch.nn.Module, mesh, param_dtype: torch.dtype | None = None,
                offload: bool = False) -> torch.nn.Module:
     """`fully_shard` each decoder layer with `mixed_precision(param_dtype)`, then the root.
 
     The root (embeddings, final norm, LM head) keeps its storage dtype when gathered: the
     chunked head casts its weight per chunk (trainer.logprobs), and a bf16 unsharded head
-    would sum its gradient over the chunks in bf16. `offload`: shards and optimizer-free
-    weights live on the CPU between uses (FSDP2's CPUOffloadPolicy; the held reference).
+    would sum its gradient over the chunks in bf16. With a `param_dtype`, the layers'
+    inputs are made in it (`layer_inputs_in`), so activation checkpointing inside a layer
+    recomputes from the inputs the forward saw on every torch. `offload`: shards and
+    optimizer-free weights live on the CPU between uses (FSDP2's CPUOffloadPolicy; the held
+    reference).
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
     layers = getattr(model.get_decoder(), "layers", None)
     if layers is None:
         raise TypeError(f"{type(model).__name__}: no decoder `layers` to shard")
+    if param_dtype is not None:
+        layer_inputs_in(model, param_dtype)
     offload_policy = CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy()
     for layer in layers:
         fully_shard(layer, mesh=mesh, mp_policy=mixed_precision(param_dtype),

@@ -20,7 +20,7 @@ length (padded), P prompt length (padded).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import functools
 import os
 import random
 import signal
@@ -60,6 +60,7 @@ from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
 from trainer.logprobs import PackedBatch, PolicyLogProbs, balanced_share, micro_batches, pack
 from trainer.optimizers import build_optimizer, evaluation_weights
+from trainer.parallelize import check_attention, parallelize
 from trainer.reference import Reference
 from trainer.rollout import logprob_gap, make_engine, sampler_logprobs
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
@@ -106,19 +107,9 @@ def reference_dtype(name: str, autocast: torch.dtype | None) -> torch.dtype | No
     return torch_dtype(name)
 
 
-def check_attention(attn_implementation: str | None) -> None:
-    """flash_attention_2 needs the flash-attn wheel and a CUDA device; say so before loading
-    weights (transformers' own error comes after the model download)."""
-    if attn_implementation != "flash_attention_2":
-        return
-    if importlib.util.find_spec("flash_attn") is None:
-        raise ValueError("model.attn_implementation=flash_attention_2 but flash_attn is not "
-                         "installed: pip install '.[flash-attn]' on the GPU node, or set "
-                         "model.attn_implementation: sdpa (docs/performance.md)")
-
-
 def load_policy(model_cfg, device: torch.device, empty: bool = False):
-    """Model (train mode, `dtype` weights) and tokenizer (pad token guaranteed). `empty`:
+    """Model (train mode, `dtype` weights, `attn_implementation`) and tokenizer (pad token
+    guaranteed), as stored: `trainer.parallelize` sets it up to compute. `empty`:
     parameters on the meta device, the weights file unread (distributed ranks but 0)."""
     if not model_cfg.path:
         raise ValueError("model.path is required (an HF model directory or hub id; for the "
@@ -127,14 +118,12 @@ def load_policy(model_cfg, device: torch.device, empty: bool = False):
     tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    check_attention(model_cfg.attn_implementation)
+    check_attention(model_cfg.attn_implementation, device.type)
     kwargs = {"dtype": torch_dtype(model_cfg.dtype), "trust_remote_code": False}
     if model_cfg.attn_implementation:
         kwargs["attn_implementation"] = model_cfg.attn_implementation
     model = (distributed.empty_model(model_cfg.path, **kwargs) if empty else
              AutoModelForCausalLM.from_pretrained(model_cfg.path, **kwargs).to(device))
-    if model_cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     return model, tokenizer
 
@@ -344,7 +333,6 @@ class Trainer:
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
         self._setup_models()
-        self._setup_lag()
         self.optimizer = build_optimizer(self.policy.parameters(), cfg.optim)
         self._resume()
         self.engine = make_engine(cfg.rollout, self.sampling_model, self.tokenizer,
@@ -368,9 +356,11 @@ class Trainer:
                                  f"{self.world.size} (each rank generates an equal share)")
 
     def _setup_models(self) -> None:
-        """The reference (from the initial weights, before any resume state is loaded: a
-        "fixed" reference is the initial policy) and the log-prob modules (FSDP2 roots when
-        distributed; see trainer.distributed)."""
+        """The held copies first, from the initial weights (before any resume state is
+        loaded: a "fixed" reference is the initial policy; under rollout.staleness the
+        lagged generation copy), then every log-prob module set up to compute
+        (`trainer.parallelize`: checkpointing for the trained one, compilation, FSDP2 roots
+        when distributed; see trainer.distributed)."""
         # method.reference (a ReferenceConfig) holds the schedule's knobs; the resolved
         # method's `reference` is the schedule's name (the method's default or the override).
         ref_settings, m = self.cfg.method.reference, self.cfg.model
@@ -379,14 +369,19 @@ class Trainer:
                                       dtype=reference_dtype(m.reference_dtype, self.autocast),
                                       empty=self.world.distributed,
                                       **ref_settings.model_dump(exclude={"schedule"}))
+        k = self.cfg.rollout.staleness
+        check_world(k, self.world.distributed)
+        # Stale rollouts (trainer.staleness): a generation copy of the initial weights that
+        # samples and recomputes the behaviour log-probs; none (and no copy) at k = 0.
+        self.lag = WeightLag(self.model, k) if k else None
         full = distributed.full_state_on_rank0(PolicyLogProbs(self.model), self.world)
-        # decoder layers compute in the autocast dtype (FSDP2's mixed-precision policy)
-        self.policy = distributed.shard(PolicyLogProbs(self.model), self.world, self.device.type,
-                                        param_dtype=self.autocast)
-        self.ref_policy = (distributed.shard(PolicyLogProbs(self.ref_schedule.model), self.world,
-                                             self.device.type, param_dtype=self.autocast,
-                                             offload=m.reference_offload)
+        setup = functools.partial(parallelize, model_cfg=m, world=self.world,
+                                  device_type=self.device.type, compute_dtype=self.autocast)
+        self.policy = setup(self.model, train=True)
+        self.ref_policy = (setup(self.ref_schedule.model, train=False, offload=m.reference_offload)
                            if self.ref_schedule.held else None)
+        self.behaviour_policy = (self.policy if self.lag is None
+                                 else setup(self.lag.model, train=False))
         if self.world.distributed:
             distributed.load_from_rank0(self.policy, full, self.world, self.device)
             if self.ref_policy is not None:
@@ -401,14 +396,6 @@ class Trainer:
                 for module in filter(None, (self.policy, self.ref_policy)):
                     module(probe)
                     module.reshard()  # so parameters() below are the sharded ones
-
-    def _setup_lag(self) -> None:
-        """Stale rollouts (trainer.staleness): a generation copy of the initial weights that
-        samples and recomputes the behaviour log-probs; none (and no copy) at k = 0."""
-        k = self.cfg.rollout.staleness
-        check_world(k, self.world.distributed)
-        self.lag = WeightLag(self.model, k) if k else None
-        self.behaviour_policy = self.policy if self.lag is None else PolicyLogProbs(self.lag.model)
 
     @property
     def sampling_model(self):
@@ -553,7 +540,11 @@ class Trainer:
         texts = [build_prompt(p["problem"], t.template, self.tokenizer) for p in problems]
         gather = (distributed.unsharded(self.policy, self.world) if r.engine == "hf"
                   else contextlib.nullcontext())
-        with gather:  # the hf engine decodes with the training model's (full) weights
+        # model.compile compiles the layers for the log-prob and update passes; decoding one
+        # token at a time on a growing cache would recompile per length, so it runs eager.
+        eager = (torch.compiler.set_stance("force_eager") if self.cfg.model.compile
+                 else contextlib.nullcontext())
+        with gather, eager:  # the hf engine decodes with the training model's (full) weights
             samples = self.engine.generate(texts, n=r.n, seed=seed)
         flat = [s for group in samples for s in group]
         golds = [p["answer"] for p in problems for _ in range(r.n)]

@@ -100,13 +100,18 @@ def hf_generate(
     seed: int,
     batch_size: int = 64,
     progress: bool = False,
+    autocast: torch.dtype | None = None,
+    logprobs: bool = False,
 ) -> list[list[Sample]]:
     """n samples per prompt (outer list: prompts, inner: samples), as `model.generate` samples.
 
     Left padding and the KV cache; sampling when temperature > 0, greedy otherwise. The RNG
     is seeded inside `torch.random.fork_rng`, so the caller's global RNG state is untouched
     and the same inputs + seed + batch_size give the same outputs on CPU. Rows are the
-    prompts each repeated n times, generated `batch_size` rows at a time.
+    prompts each repeated n times, generated `batch_size` rows at a time. `autocast`: every
+    forward under `torch.autocast` in that dtype (the trainer's compute dtype, so the
+    rollouts' numerics are its log-prob pass's). `logprobs`: each Sample carries its tokens'
+    log-probs under the distribution sampled from (float32 log-softmax of the warped scores).
     """
     check_sampling(n, temperature, top_p, max_new_tokens)
     if batch_size < 1:
@@ -127,7 +132,8 @@ def hf_generate(
     try:
         # no_grad, not inference_mode: FSDP2-sharded weights (gathered for decoding) must stay
         # usable by autograd afterwards.
-        with torch.random.fork_rng(devices=cuda_devices), torch.no_grad():
+        with torch.random.fork_rng(devices=cuda_devices), torch.no_grad(), \
+                torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
             torch.manual_seed(seed)
             starts = range(0, len(rows), batch_size)
             for start in tqdm(starts, desc="generate", disable=not progress, unit="batch"):
@@ -139,13 +145,14 @@ def hf_generate(
                     padding=True,
                     add_special_tokens=adds_special_tokens(tokenizer),
                 ).to(device)
-                generated = decode(
+                generated, token_logprobs = decode(
                     model, enc["input_ids"], enc["attention_mask"],  # (U, L)
                     torch.tensor(copies, device=device), warpers=warpers, greedy=temperature == 0,
-                    max_new_tokens=max_new_tokens, ends=ends, pad_id=pad_id,
+                    max_new_tokens=max_new_tokens, ends=ends, pad_id=pad_id, logprobs=logprobs,
                 )  # (B, T'), T' <= max_new_tokens
-                for row in generated.tolist():
-                    out.append(_to_sample(row, ends, tokenizer))
+                rows_lps = token_logprobs.tolist() if logprobs else [None] * len(generated)
+                for row, lps in zip(generated.tolist(), rows_lps):
+                    out.append(_to_sample(row, ends, tokenizer, lps))
     finally:
         tokenizer.padding_side = old_side
         model.train(was_training)
@@ -181,8 +188,10 @@ def sampling_warpers(temperature: float, top_p: float) -> LogitsProcessorList:
 
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies: torch.Tensor,
            *, warpers: LogitsProcessorList, greedy: bool, max_new_tokens: int, ends: set[int],
-           pad_id: int) -> torch.Tensor:
-    """New tokens (B, T') for U left-padded prompts (U, L), prompt u repeated copies[u] times.
+           pad_id: int, logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """New tokens (B, T') for U left-padded prompts (U, L), prompt u repeated copies[u] times,
+    and with `logprobs` their log-probs (B, T') under the warped distribution each was drawn
+    from (else None: one more pass over the (B, V) scores per token, not paid by default).
 
     transformers `generate`'s sampling loop (`_sample`, one DynamicCache, float32 scores,
     `softmax` + `multinomial` or `argmax`, finished rows fed the pad token, stop when every
@@ -201,13 +210,15 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies:
     mask = attention_mask[expand]  # (B, L)
     eos = torch.tensor(sorted(ends), device=input_ids.device)
     unfinished = torch.ones(len(expand), dtype=torch.long, device=input_ids.device)  # (B,)
-    tokens = []
+    tokens, token_lps = [], []
     for t in range(max_new_tokens):
         scores = warpers(None, logits)  # the warpers read the scores only
         if greedy:
             next_tokens = torch.argmax(scores, dim=-1)
         else:
             next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        if logprobs:
+            token_lps.append(torch.log_softmax(scores, dim=-1).gather(-1, next_tokens[:, None])[:, 0])
         next_tokens = next_tokens * unfinished + pad_id * (1 - unfinished)  # (B,)
         tokens.append(next_tokens)
         unfinished = unfinished & ~torch.isin(next_tokens, eos)
@@ -218,7 +229,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies:
                     attention_mask=mask, use_cache=True, return_dict=True)
         logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)  # (B, V)
         del out
-    return torch.stack(tokens, dim=1)
+    return torch.stack(tokens, dim=1), torch.stack(token_lps, dim=1) if logprobs else None
 
 
 def prefill_shared(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -235,12 +246,14 @@ def prefill_shared(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return out, cache
 
 
-def _to_sample(row: list[int], ends: set[int], tokenizer) -> Sample:
-    """Cut a generated row after its first EOS (what follows is padding)."""
+def _to_sample(row: list[int], ends: set[int], tokenizer,
+               logprobs: list[float] | None = None) -> Sample:
+    """Cut a generated row (and its log-probs) after its first EOS (what follows is padding)."""
     stop = next((i for i, t in enumerate(row) if t in ends), None)
     ids = row if stop is None else row[: stop + 1]
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    return Sample(token_ids=ids, text=text, finish_reason="length" if stop is None else "stop")
+    return Sample(token_ids=ids, text=text, finish_reason="length" if stop is None else "stop",
+                  logprobs=None if logprobs is None else logprobs[: len(ids)])
 
 
 @register_engine
@@ -251,10 +264,13 @@ class HFEngine(Engine):
     name = "hf"
 
     def __init__(self, model, tokenizer, *, batch_size: int = 64, progress: bool = False,
-                 checkpoint: Path | None = None) -> None:
+                 checkpoint: Path | None = None, autocast: torch.dtype | None = None,
+                 logprobs: bool = False) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.progress = batch_size, progress
         self.checkpoint = checkpoint  # the directory the weights came from, if any
+        self.autocast = autocast  # rollouts: the trainer's compute dtype (hf_generate)
+        self.logprobs = logprobs  # Samples carry their tokens' log-probs (measurement)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, options: EngineOptions) -> HFEngine:
@@ -273,14 +289,21 @@ class HFEngine(Engine):
     @classmethod
     def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
                     compute_dtype: torch.dtype | None = None) -> HFEngine:
-        """Rollouts from the training model itself: no copy, no weights to push."""
-        return cls(model, tokenizer, batch_size=rollout_cfg.gen_batch_size)
+        """Rollouts from the training model itself (no copy, no weights to push), under the
+        trainer's compute dtype: the log-prob pass recomputes pi_old under
+        `torch.autocast(compute_dtype)`, so decoding in the float32 master weights' own
+        dtype would sample from another distribution (and move twice the bytes on a GPU)
+        while the corrections take mu = pi_old for this engine. verl's HF rollout generates
+        under the same autocast as its actor for the same reason."""
+        return cls(model, tokenizer, batch_size=rollout_cfg.gen_batch_size,
+                   autocast=compute_dtype)
 
     def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
                  max_new_tokens: int, seed: int) -> list[list[Sample]]:
         return hf_generate(self.model, self.tokenizer, prompts, n=n, temperature=temperature,
                            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
-                           batch_size=self.batch_size, progress=self.progress)
+                           batch_size=self.batch_size, progress=self.progress,
+                           autocast=self.autocast, logprobs=self.logprobs)
 
     def load_weights(self, weights: Weights) -> None:
         """Copy each tensor into the parameter (or buffer) of that name, in the model's own

@@ -1,0 +1,184 @@
+"""`torch_varlen` (trainer.attention): padding-free attention equals the padded batch
+exactly on CPU (its per-piece fallback), and on a GPU hands torch's `varlen_attn` the
+arguments it needs, checked with a recording stand-in for the kernel."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.masking_utils import create_causal_mask
+
+from common.generation.hf import hf_generate
+from trainer import attention
+from trainer.logprobs import pack, response_logprobs
+
+# GQA on purpose: 4 query heads share 2 key/value heads
+CFG = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+           tie_word_embeddings=False, pad_token_id=0)
+
+
+def _model(dtype=torch.float32, attn="sdpa"):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**CFG, attn_implementation=attn)).to(dtype).eval()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (5, 9, 3, 1)]
+    responses = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (7, 2, 11, 4)]
+    return pack(prompts, responses, pad_id=0)
+
+
+def _values_and_grads(model, batch, **kwargs):
+    model.zero_grad()
+    lp, ent = response_logprobs(model, batch, with_entropy=True, **kwargs)
+    (lp.sum() + 0.1 * ent.sum()).backward()
+    return lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)],
+                         ids=["float64", "float32"])
+def test_padding_free_varlen_equals_the_padded_sdpa_batch(dtype, tol):
+    """Values, entropies and every gradient, with grouped-query heads."""
+    batch = _batch()
+    padded = _values_and_grads(_model(dtype, "sdpa"), batch)
+    free = _values_and_grads(_model(dtype, attention.NAME), batch, padding_free=True)
+    torch.testing.assert_close(free[0], padded[0], atol=tol, rtol=tol)
+    torch.testing.assert_close(free[1], padded[1], atol=tol, rtol=tol)
+    for g_free, g_padded in zip(free[2], padded[2]):
+        torch.testing.assert_close(g_free, g_padded, atol=tol, rtol=10 * tol)
+
+
+def test_padded_batches_and_generation_take_sdpa_with_its_mask():
+    """Not padding-free (a 2-D mask, a KV cache): the same model pads and decodes as sdpa."""
+    batch = _batch()
+    sdpa, varlen = _model(attn="sdpa"), _model(attn=attention.NAME)
+    with torch.no_grad():
+        a, _ = response_logprobs(sdpa, batch)
+        b, _ = response_logprobs(varlen, batch)
+    torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)
+
+    class Tok:  # hf_generate needs only these of a tokenizer
+        pad_token_id, eos_token_id, padding_side = 0, 96, "left"
+
+        def __call__(self, texts, **kw):
+            ids = [[int(c) % 90 + 1 for c in t] for t in texts]
+            width = max(map(len, ids))
+            return _Enc(torch.tensor([[0] * (width - len(x)) + x for x in ids]),
+                        torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids]))
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    outs = [[[s.token_ids for s in group] for group in
+             hf_generate(m, Tok(), ["12", "3456"], n=3, temperature=1.0, top_p=1.0,
+                         max_new_tokens=6, seed=5)] for m in (sdpa, varlen)]
+    assert outs[0] == outs[1]
+
+
+class _Enc(dict):
+    def __init__(self, ids, mask):
+        super().__init__(input_ids=ids, attention_mask=mask)
+
+    def to(self, device):
+        return self
+
+
+def test_padding_free_builds_no_dense_mask():
+    """transformers would AND a packed-sequence mask into an N x N tensor for sdpa (the 1%
+    MFU path); for torch_varlen the mask function returns None and the pieces come from
+    the position ids."""
+    config = LlamaConfig(**CFG, attn_implementation=attention.NAME)
+    embeds = torch.zeros(1, 9, 32)
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]])
+    assert create_causal_mask(config, embeds, None, None, position_ids=positions) is None
+    config._attn_implementation = "sdpa"
+    dense = create_causal_mask(config, embeds, None, None, position_ids=positions)
+    assert dense is not None and dense.shape[-2:] == (9, 9)
+
+
+def test_pieces_start_at_rows_and_position_restarts():
+    cu, longest = attention.pieces(torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]]), 1, 9, "cpu")
+    assert cu.dtype == torch.int32 and cu.tolist() == [0, 3, 5, 9] and longest == 4
+    cu, longest = attention.pieces(torch.tensor([[0, 1, 2], [5, 6, 7]]), 2, 3, "cpu")
+    assert cu.tolist() == [0, 3, 6] and longest == 3  # two unpadded rows: one piece each
+    cu, _ = attention.pieces(None, 2, 4, "cpu")
+    assert cu.tolist() == [0, 4, 8]
+
+
+def _recorder(calls: list, with_gqa: bool):
+    """A stand-in for torch's varlen_attn (2.12's signature, or 2.11's without enable_gqa)
+    that records its arguments and computes with the exact fallback."""
+    def record(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None,
+               window_size=(-1, -1), enable_gqa=False):
+        calls.append(dict(q=query, k=key, v=value, cu_q=cu_seq_q, cu_k=cu_seq_k, max_q=max_q,
+                          max_k=max_k, scale=scale, window_size=window_size,
+                          enable_gqa=enable_gqa))
+        groups = query.shape[1] // key.shape[1]
+        return attention._attend_pieces(query, key, value, cu_seq_q, scale, groups)
+
+    if with_gqa:
+        return record
+
+    def record_211(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None,
+                   window_size=(-1, -1)):
+        return record(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=scale,
+                      window_size=window_size)
+    return record_211
+
+
+@pytest.mark.parametrize("with_gqa", [True, False], ids=["torch2.12+", "torch2.11"])
+def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
+    calls: list = []
+    kernel = _recorder(calls, with_gqa)
+    assert ("enable_gqa" in inspect.signature(kernel).parameters) == with_gqa
+    monkeypatch.setattr(attention, "kernel", lambda: kernel)
+    monkeypatch.setattr(attention, "uses_kernel", lambda q: True)  # as on a GPU in bf16
+    model, batch = _model(attn=attention.NAME), _batch()
+    with torch.no_grad():
+        got, _ = response_logprobs(model, batch, padding_free=True)
+        monkeypatch.setattr(attention, "uses_kernel", lambda q: False)
+        want, _ = response_logprobs(model, batch, padding_free=True)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    assert len(calls) == CFG["num_hidden_layers"]
+    lengths = (batch.attention_mask.sum(-1)).tolist()  # the packed rows' real tokens
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    layer = model.model.layers[0].self_attn
+    for c in calls:
+        n = sum(lengths)
+        assert c["q"].shape == (n, 4, 8)  # (N, Hq, D)
+        assert c["k"].shape == c["v"].shape == (n, 2 if with_gqa else 4, 8)  # GQA or repeated
+        assert c["enable_gqa"] is with_gqa
+        assert c["cu_q"].dtype == torch.int32 and torch.equal(c["cu_q"], cu)
+        assert c["cu_k"] is c["cu_q"]
+        assert c["max_q"] == c["max_k"] == max(lengths) and isinstance(c["max_q"], int)
+        assert c["window_size"] == (-1, 0) and isinstance(c["window_size"], tuple)  # causal
+        assert c["scale"] == layer.scaling
+
+
+def test_under_autocast_the_kernel_gets_the_compute_dtype(monkeypatch):
+    """Rotary in float32 can promote q and k past autocast; the kernel takes one dtype."""
+    calls: list = []
+    monkeypatch.setattr(attention, "kernel", lambda: _recorder(calls, True))
+    monkeypatch.setattr(attention, "uses_kernel", lambda q: True)
+    with torch.no_grad():
+        response_logprobs(_model(attn=attention.NAME), _batch(), padding_free=True,
+                          autocast=torch.bfloat16)
+    assert calls and all(c[x].dtype == torch.bfloat16 for c in calls for x in "qkv")
+
+
+def test_uses_the_kernel_only_where_it_runs():
+    assert not attention.uses_kernel(torch.zeros(2, 2, 2, dtype=torch.bfloat16))  # CPU
+    assert not attention.uses_kernel(torch.zeros(2, 2, 2))
+
+
+def test_dropout_and_sliding_windows_are_refused():
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="dropout"):
+        attention.varlen_attention_forward(None, q, q, q, None, dropout=0.1)
+    with pytest.raises(ValueError, match="sliding-window"):
+        attention.varlen_attention_forward(None, q, q, q, None, sliding_window=4)

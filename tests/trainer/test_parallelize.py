@@ -1,0 +1,96 @@
+"""trainer.parallelize's levers leave the numbers those of the plain path: selective and full
+activation checkpointing give the plain gradients (float64), selective recomputes no matmul,
+and the regionally compiled layers give the eager log-probs and gradients."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trainer.distributed import World
+from trainer.logprobs import pack
+from trainer.parallelize import checkpoint_kwargs, parallelize
+
+CFG = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+           pad_token_id=0)
+
+
+def _model(dtype=torch.float64):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**CFG)).to(dtype).train()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (5, 9, 3)]
+    responses = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (7, 2, 11)]
+    return pack(prompts, responses, pad_id=0)
+
+
+def _setup(model, ckpt: str | None = None, compile: bool = False):
+    cfg = SimpleNamespace(gradient_checkpointing=ckpt is not None, checkpointing=ckpt or "full",
+                          compile=compile)
+    return parallelize(model, cfg, World(), "cpu", None, train=True)
+
+
+def _run(policy, **kwargs):
+    policy.zero_grad()
+    lp, _ = policy(_batch(), **kwargs)
+    lp.sum().backward()
+    return lp.detach(), {n: p.grad.clone() for n, p in policy.named_parameters()}
+
+
+class CountMatmuls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                    torch.ops.aten.bmm.default):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("ckpt", ["full", "selective"])
+def test_checkpointing_gives_the_plain_gradients(ckpt):
+    plain = _run(_setup(_model()))
+    got = _run(_setup(_model(), ckpt))
+    torch.testing.assert_close(got[0], plain[0], atol=1e-12, rtol=1e-12)
+    for name, g in plain[1].items():
+        torch.testing.assert_close(got[1][name], g, atol=1e-12, rtol=1e-10)
+
+
+def test_selective_checkpointing_recomputes_no_matmul():
+    """The backward's matmuls: full checkpointing re-runs each layer's forward ones,
+    selective keeps their outputs and re-runs only the element-wise ops."""
+    counts = {}
+    for ckpt in (None, "full", "selective"):
+        policy = _setup(_model(), ckpt)
+        lp, _ = policy(_batch())
+        with CountMatmuls() as mode:
+            lp.sum().backward()
+        counts[ckpt] = mode.calls
+    assert counts["full"] > counts[None]
+    assert counts["selective"] == counts[None]
+
+
+def test_an_unknown_checkpointing_mode_names_the_choices():
+    with pytest.raises(ValueError, match=r"model.checkpointing='some'.*'full', 'selective'"):
+        checkpoint_kwargs("some")
+
+
+def test_compiled_layers_give_the_eager_numbers_under_the_same_names():
+    eager = _setup(_model(torch.float32))
+    names = [n for n, _ in eager.named_parameters()]
+    compiled = _setup(_model(torch.float32), compile=True)
+    assert [n for n, _ in compiled.named_parameters()] == names  # checkpoints, FSDP, optimizer
+    want, got = _run(eager, padding_free=True), _run(compiled, padding_free=True)
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    for name, g in want[1].items():
+        torch.testing.assert_close(got[1][name], g, atol=1e-5, rtol=1e-4)

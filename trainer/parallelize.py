@@ -1,0 +1,108 @@
+"""One place sets a model up to compute, in one order (as torchtitan's parallelize does):
+
+    1. attention kernel        chosen when the weights load (`model.attn_implementation`;
+                               `check_attention` refuses what cannot run before any load)
+    2. activation checkpointing `model.gradient_checkpointing`, `model.checkpointing`
+    3. compilation             `model.compile`: torch.compile per decoder layer (regional)
+    4. FSDP2                   `trainer.distributed.shard` (several ranks), whose bf16
+                               policy sees layer inputs already in the compute dtype
+
+    policy = parallelize(model, cfg.model, world, "cuda", torch.bfloat16, train=True)
+
+Checkpointing and compilation act inside each decoder layer, FSDP2 around it; a held
+reference or lagged copy is set up the same way without checkpointing (it never runs a
+backward). The levers keep the log-probs and gradients those of the plain path (tests in
+tests/trainer/test_parallelize.py); docs/performance.md has what they buy on a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+
+from trainer import attention, distributed
+from trainer.logprobs import PolicyLogProbs
+
+CHECKPOINTING = ("full", "selective")
+
+
+def check_attention(attn_implementation: str | None, device_type: str) -> None:
+    """Refuse, before any weights load, an attention implementation that cannot run here:
+    flash_attention_2 without its wheel, torch_varlen on a GPU without torch's kernel."""
+    if attn_implementation == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ValueError("model.attn_implementation=flash_attention_2 but flash_attn is not "
+                         "installed: pip install '.[flash-attn]' on the GPU node, or set "
+                         f"model.attn_implementation: {attention.NAME} (torch's own variable-"
+                         "length kernel; docs/performance.md)")
+    if attn_implementation == attention.NAME and device_type == "cuda" and attention.kernel() is None:
+        raise ValueError(f"model.attn_implementation={attention.NAME} needs torch>=2.11 on a GPU "
+                         f"(torch.nn.attention.varlen.varlen_attn; this is torch "
+                         f"{torch.__version__}): upgrade torch or set "
+                         "model.attn_implementation: sdpa")
+
+
+@functools.cache
+def _selective_ops() -> frozenset:
+    """The ops whose outputs selective checkpointing keeps: the matmuls and attention
+    kernels (the FLOPs). Everything else in a layer (norms, rotary, activations, residual
+    adds: memory-bound and cheap) is recomputed in the backward."""
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+             "_scaled_dot_product_flash_attention_for_cpu")
+    ops = {getattr(aten, n).default for n in names if hasattr(aten, n)}
+    if hasattr(torch.ops, "torch_attn") and hasattr(torch.ops.torch_attn, "_varlen_attn"):
+        ops.add(torch.ops.torch_attn._varlen_attn.default)
+    return frozenset(ops)
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return (CheckpointPolicy.MUST_SAVE if op in _selective_ops()
+            else CheckpointPolicy.PREFER_RECOMPUTE)
+
+
+def checkpoint_kwargs(mode: str) -> dict:
+    """`torch.utils.checkpoint.checkpoint` keyword arguments for a checkpointing mode."""
+    if mode not in CHECKPOINTING:
+        raise ValueError(f"model.checkpointing={mode!r}; choose one of {list(CHECKPOINTING)}")
+    kwargs = {"use_reentrant": False}
+    if mode == "selective":
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts,
+                                                 _selective_policy)
+    return kwargs
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    layers = getattr(model.get_decoder(), "layers", None)
+    if layers is None:
+        raise TypeError(f"{type(model).__name__}: no decoder `layers`")
+    return layers
+
+
+def compile_layers(model) -> None:
+    """torch.compile each decoder layer in place (parameter names unchanged): one compiled
+    graph reused by every layer, compiled once per shape family (dynamic after the first
+    new length)."""
+    for layer in decoder_layers(model):
+        layer.compile()
+
+
+def parallelize(model, model_cfg, world: distributed.World, device_type: str,
+                compute_dtype: torch.dtype | None, *, train: bool,
+                offload: bool = False) -> PolicyLogProbs:
+    """`model` (an HF causal LM) set up per `model_cfg`, as the log-prob module the trainer
+    calls: checkpointed (`train` only), compiled, then sharded when `world` has several
+    ranks (decoder layers computing in `compute_dtype`; `offload`: shards on the CPU)."""
+    if train and model_cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs=checkpoint_kwargs(model_cfg.checkpointing))
+    if model_cfg.compile:
+        compile_layers(model)
+    return distributed.shard(PolicyLogProbs(model), world, device_type,
+                             param_dtype=compute_dtype, offload=offload)
