@@ -26,6 +26,7 @@ from common.layout import SweepDir
 from common.prompts import TEMPLATES
 from eval.benchmarks import BENCHMARKS  # the one registry of benchmark names
 from eval.run import EvalConfig
+from trainer.distributed import check_torch
 from trainer.tiny import TinyConfig
 
 # The eval job's defaults and names come from evaluation's own config and registries.
@@ -239,6 +240,15 @@ class SweepConfig(Strict):
     paper_setting: PaperSetting | None = None
     tiny: TinySpec = TinySpec()
     results_dir: str = Field("results", description="root of all outputs")
+
+    @model_validator(mode="after")
+    def _torch_runs_the_train_jobs(self) -> SweepConfig:
+        train = self.resources.train
+        try:
+            check_torch(train.gpus * train.nodes)
+        except ValueError as e:
+            raise ValueError(f"resources.train: {e}") from None
+        return self
 
     @model_validator(mode="after")
     def _train_group_is_one_process(self) -> SweepConfig:

@@ -15,6 +15,7 @@ saved; rerun the same command to continue), 1 other errors.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,13 @@ def _train(args) -> int:
         deadline = job_deadline(args.deadline)
     except ValueError as e:
         print(f"error: --deadline: {e}", file=sys.stderr)
+        return 2
+    from trainer.distributed import check_torch
+
+    try:
+        check_torch(int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's ranks
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if args.until_step is not None and not 1 <= args.until_step <= cfg.optim.steps:
         print(f"error: --until-step {args.until_step} must lie in 1..optim.steps "

@@ -35,6 +35,26 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+# The oldest torch the code is tested against: CI's 2.13 and the GPU device image's 2.11
+# (tests/trainer, tests/distributed and tests/algorithms pass on both on CPU). pyproject's
+# floor says the same (tests/docs/test_constraints.py keeps them equal). FSDP2's
+# activation-checkpointing fix (trainer.distributed.layer_inputs_in) is tested on both.
+MIN_TORCH = (2, 11)
+
+
+def check_torch(ranks: int, version: str | None = None) -> None:
+    """Refuse FSDP2 (several ranks) on a torch older than MIN_TORCH, in one line, before
+    any job or process group starts."""
+    from packaging.version import Version
+
+    found = Version(version or torch.__version__)
+    if ranks > 1 and found.release[:2] < MIN_TORCH:
+        floor = ".".join(map(str, MIN_TORCH))
+        raise ValueError(f"{ranks} training ranks run FSDP2, which this project runs on "
+                         f"torch>={floor}; this is torch {found}: pip install "
+                         f"'torch>={floor}' (or train on one GPU)")
+
+
 # A rank that waits this long in a collective gives up (torchrun ends the job sooner when a
 # peer process exits). Generous: a rank may be generating while another waits.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)

@@ -25,7 +25,9 @@ from transformers import AutoModelForCausalLM
 from trainer import distributed
 from trainer.parallelize import parallelize
 
-_cast = _fsdp_state.FSDPState._cast_forward_inputs
+# torch 2.13 casts in a method the recompute also calls; before it the cast sat inline in
+# `_pre_forward` after the recompute's early return (nothing to emulate there).
+_cast = getattr(_fsdp_state.FSDPState, "_cast_forward_inputs", None)
 
 
 def _cast_before_2_13(self, args, kwargs):
@@ -36,7 +38,8 @@ def _cast_before_2_13(self, args, kwargs):
 
 
 def main(model_dir: str, out: str, mode: str, ckpt: str) -> None:
-    _fsdp_state.FSDPState._cast_forward_inputs = _cast_before_2_13
+    if _cast is not None:
+        _fsdp_state.FSDPState._cast_forward_inputs = _cast_before_2_13
     if mode == "unfixed":
         distributed.layer_inputs_in = lambda model, dtype: None
     dist.init_process_group("gloo")
