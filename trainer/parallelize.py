@@ -93,16 +93,22 @@ def compile_layers(model) -> None:
         layer.compile()
 
 
-def parallelize(model, model_cfg, world: distributed.World, device_type: str,
-                compute_dtype: torch.dtype | None, *, train: bool,
-                offload: bool = False) -> PolicyLogProbs:
-    """`model` (an HF causal LM) set up per `model_cfg`, as the log-prob module the trainer
-    calls: checkpointed (`train` only), compiled, then sharded when `world` has several
-    ranks (decoder layers computing in `compute_dtype`; `offload`: shards on the CPU)."""
+def prepare_layers(model, model_cfg, *, train: bool) -> None:
+    """Steps 2 and 3 on `model`'s decoder layers, in place: checkpointing (`train` only: a
+    copy that never runs a backward has nothing to recompute), then compilation."""
     if train and model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs=checkpoint_kwargs(model_cfg.checkpointing))
     if model_cfg.compile:
         compile_layers(model)
+
+
+def parallelize(model, model_cfg, world: distributed.World, device_type: str,
+                compute_dtype: torch.dtype | None, *, train: bool,
+                offload: bool = False) -> PolicyLogProbs:
+    """`model` (an HF causal LM) set up per `model_cfg`, as the log-prob module the trainer
+    calls: its layers prepared (`prepare_layers`), then sharded when `world` has several
+    ranks (decoder layers computing in `compute_dtype`; `offload`: shards on the CPU)."""
+    prepare_layers(model, model_cfg, train=train)
     return distributed.shard(PolicyLogProbs(model), world, device_type,
                              param_dtype=compute_dtype, offload=offload)

@@ -1,0 +1,435 @@
+"""The prepared GPU check: one command, one table, no network, no vLLM.
+
+    python perf/gpu_check.py                     # one GPU: every stage, ~6-8 min on an H200
+    python perf/gpu_check.py --stages cd         # a subset
+    python perf/gpu_check.py --cpu --tiny        # the same code paths on CPU, tiny sizes (CI)
+
+Stages (each a row group of the table):
+  a  the default sweep's DAPO cell (seed 0) end to end on the device: `python -m trainer`
+     on the shipped tiny model in the compute dtype, then `python -m eval --backend hf`
+     on its last checkpoint (wall times, median step, Toy Mean@4);
+  b  the real loop on a locally built, random-init Qwen3-0.6B-shaped model (the tiny
+     tokenizer) with the GPU presets' options (torch_varlen, padding-free, token budget,
+     bf16, checkpointing, GRPO's held reference), 3 steps: rollout / log-prob / update s;
+  c  the update alone (PolicyLogProbs + AdamW, as the trainer builds them) at Qwen3-1.7B
+     widths on ~32k real tokens of DAPO-like rows per step, micro-batches of <= 16,384
+     tokens, per variant: attention (sdpa padded / sdpa padding-free / torch_varlen),
+     activation checkpointing (full / selective / off), regional compile, FSDP2 at world
+     size 1 with the trainer's bf16 policy: step s, tokens/s, MFU, peak GiB, loss;
+  d  the chunked LM head at vocabulary 151,936: the bf16 head-weight gradient's error
+     against float64, and 32k positions forward+backward at 2,048-row vs 32-row chunks.
+
+MFU = 3 x forward FLOPs of the real tokens (2 x parameters + causal attention over each
+row's own context) / step time / the device's dense bf16 peak (989 TFLOP/s for an
+H100/H200): the model's useful work, recomputation not counted. Every speed claim in
+docs/performance.md is a ratio between rows of one run of this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, by CUDA's name
+# Qwen3 widths (published config.json values); --tiny shrinks them to seconds on a CPU.
+QWEN3 = {
+    "0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+    "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16),
+}
+VOCAB = 151_936
+TINY_MODEL = REPO / "data" / "tiny-model"  # the shipped warm-started tiny Llama + tokenizer
+
+
+
+
+# ---------------------------------------------------------------------------- set-up
+
+
+class Device:
+    """Where the check runs: cuda (NCCL for FSDP2) or the CPU (gloo), with its clocks."""
+
+    def __init__(self, cpu: bool) -> None:
+        self.type = "cpu" if cpu else "cuda"
+        self.torch = torch.device(self.type)
+        self.name = "cpu" if cpu else torch.cuda.get_device_name()
+        self.peak = next((v for k, v in PEAK_TFLOPS.items() if k in self.name), None)
+
+    def sync(self) -> None:
+        if self.type == "cuda":
+            torch.cuda.synchronize()
+
+    def reset_peak(self) -> None:
+        gc.collect()
+        if self.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak_gib(self) -> float | None:
+        return torch.cuda.max_memory_allocated() / 2**30 if self.type == "cuda" else None
+
+
+def one_rank_group(device: Device) -> None:
+    """A process group of one rank, so FSDP2 and its mixed-precision policy run here."""
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def qwen3(size: str, vocab: int, device: Device, seed: int = 0):
+    """A random-init Qwen3 of `size` widths (float32 master weights) on the device."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(**QWEN3[size], vocab_size=vocab, max_position_embeddings=8192,
+                      tie_word_embeddings=True)  # as Qwen3-0.6B/1.7B/4B
+    torch.manual_seed(seed)
+    with torch.device(device.torch):
+        return Qwen3ForCausalLM(cfg).train()
+
+
+def dapo_rows(vocab: int, budget: int, max_response: int, seed: int):
+    """Prompt/response token lists like a DAPO step's: prompts of 64-256 tokens, log-normal
+    responses up to `max_response`, until `budget` real tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts, responses, total = [], [], 0
+    while True:
+        p = int(torch.randint(64, 257, (1,), generator=gen))
+        r = min(max_response, int(torch.exp(torch.randn(1, generator=gen) * 0.8).item()
+                                  * max_response / 4) + 1)
+        if total + p + r > budget and prompts:
+            return prompts, responses
+        prompts.append(torch.randint(4, vocab, (p,), generator=gen).tolist())
+        responses.append(torch.randint(4, vocab, (r,), generator=gen).tolist())
+        total += p + r
+
+
+def forward_flops(n_params: int, cfg, lengths: list[int]) -> float:
+    """Forward FLOPs of rows of `lengths` real tokens: 2 x parameters per token, plus causal
+    attention over each row's own context (QK^T and AV: 4 x layers x heads x head dim x
+    the mean context, half the row)."""
+    per_token = 2 * n_params
+    attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+    return sum(n * (per_token + attn * n / 2) for n in lengths)
+
+
+@contextmanager
+def timed(device: Device):
+    """Seconds of the block, device work included."""
+    box = SimpleNamespace(s=0.0)
+    device.sync()
+    start = time.perf_counter()
+    yield box
+    device.sync()
+    box.s = time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------- (a) default cell
+
+
+def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
+    """The default sweep's DAPO cell, seed 0, trained and evaluated on the device by the
+    project's CLIs (fresh processes, as a user runs them)."""
+    import yaml
+
+    from sweep.expand import expand
+    from sweep.runconfig import eval_args, run_config, run_dir
+    from sweep.spec import load_sweep, merged
+
+    steps = [2, 4] if tiny else [10, 20, 30, 40]
+    data = merged(yaml.safe_load((REPO / "config" / "default.yaml").read_text()), {
+        "results_dir": str(work / "results"), "seeds": [0], "methods": ["DAPO"],
+        "base": {"model": {"path": str(TINY_MODEL), "device": device.type},
+                 "optim": {"steps": steps[-1]}},
+        "eval": {"steps": steps, "benchmarks": ["toy"]},
+        "mlflow": {"enabled": False}})
+    data["eval"]["limit"] = {"toy": 16} if tiny else {}  # replaced, not merged: no AIME here
+    data["eval"]["files"] = {}
+    path = work / "default-dapo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    sweep = load_sweep(path)
+    cell = expand(sweep)[0][0]
+    cfg_path = work / "run.yaml"
+    cfg_path.write_text(yaml.safe_dump(run_config(sweep, cell)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "trainer", "--config", str(cfg_path)], check=True,
+                   env=env, cwd=REPO, capture_output=True)
+    train_s = time.perf_counter() - start
+    rdir = run_dir(sweep, cell.run_id)
+    args = shlex.split(eval_args(sweep, cell.run_id, [steps[-1]], ["toy"])
+                       .replace("{step}", str(steps[-1])))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "eval", *args, "--device", device.type], check=True,
+                   env=env, cwd=REPO, capture_output=True)
+    eval_s = time.perf_counter() - start
+    metrics = [json.loads(line) for line in rdir.metrics.read_text().splitlines()]
+    summary = json.loads((rdir.eval_dir(steps[-1]) / "toy.json").read_text())
+    score = summary["scorers"]["dapo"]["mean"]
+    median = statistics.median(m["time_step"] for m in metrics)
+    return [{"stage": "a", "check": f"default DAPO cell, {steps[-1]} steps, then eval (hf)",
+             "seconds": train_s + eval_s,
+             "note": f"train {train_s:.0f} s + eval {eval_s:.0f} s; step median "
+                     f"{median:.2f} s; Toy Mean@4 {100 * score:.2f} at step {steps[-1]}"}]
+
+
+# ---------------------------------------------------------------------------- (b) real loop
+
+
+def stage_real_loop(device: Device, tiny: bool, work: Path) -> list[dict]:
+    """The trainer's own loop (rollout, log-probs, update) for 3 steps on a Qwen3-0.6B-shaped
+    random model with the GPU presets' options; GRPO, so a reference is held too."""
+    import shutil
+
+    from trainer.config import parse_run_config
+    from trainer.loop import Trainer
+
+    model_dir = work / "qwen3-shaped"
+    model = qwen3("tiny" if tiny else "0.6b", VOCAB if not tiny else 512, Device(cpu=True))
+    model.save_pretrained(model_dir)
+    for f in TINY_MODEL.glob("tok*"):
+        shutil.copy(f, model_dir / f.name)
+    del model
+    cfg = parse_run_config({
+        "run_id": "real-loop", "out_dir": str(work / "real-loop"), "seed": 0,
+        "model": {"path": str(model_dir), "device": device.type, "compute_dtype": "bfloat16",
+                  "gradient_checkpointing": True, "attn_implementation": "torch_varlen"},
+        "method": {"name": "GRPO"},
+        "rollout": {"n": 8, "prompts_per_step": 2 if tiny else 16, "max_new_tokens":
+                    16 if tiny else 128, "overlong_buffer": 4, "dynamic_sampling": False},
+        "optim": {"steps": 3, "lr": 1e-6, "padding_free": True, "micro_batch_size": 64,
+                  "max_tokens_per_micro_batch": 16384, "mini_batch_size": None},
+        "tracking": {"mlflow_uri": None, "progress": False}}, "gpu_check (b)")
+    device.reset_peak()
+    trainer = Trainer(cfg)
+    trainer.setup(track=False)
+    steps = [trainer.step() for _ in range(3)]
+    last = steps[-1]
+    return [{"stage": "b", "check": "real loop, Qwen3-0.6B shape, GRPO, step 3",
+             "seconds": last["time_step"], "peak_gib": device.peak_gib(),
+             "note": f"rollout {last['time_rollout']:.2f} s, log-probs "
+                     f"{last['time_logprob']:.2f} s, update {last['time_update']:.2f} s; "
+                     f"{last['response_length_mean']:.0f} tokens/response"}]
+
+
+# ---------------------------------------------------------------------------- (c) the update
+
+# name: (attention, padding_free, checkpointing (None: off), compile, fsdp)
+UPDATE_VARIANTS = {
+    "sdpa, padded token budget, full ckpt": ("sdpa", False, "full", False, False),
+    "sdpa, padding-free (dense block mask), full ckpt": ("sdpa", True, "full", False, False),
+    "torch_varlen, padding-free, full ckpt": ("torch_varlen", True, "full", False, False),
+    "torch_varlen, selective ckpt": ("torch_varlen", True, "selective", False, False),
+    "torch_varlen, no ckpt": ("torch_varlen", True, None, False, False),
+    "torch_varlen, selective ckpt, compiled layers": ("torch_varlen", True, "selective", True,
+                                                      False),
+    "FSDP2 (ws 1, bf16 policy), torch_varlen, full ckpt": ("torch_varlen", True, "full", False,
+                                                           True),
+    "FSDP2, torch_varlen, selective ckpt": ("torch_varlen", True, "selective", False, True),
+    "FSDP2, torch_varlen, no ckpt": ("torch_varlen", True, None, False, True),
+    "FSDP2, torch_varlen, selective ckpt, compiled layers": ("torch_varlen", True, "selective",
+                                                             True, True),
+}
+
+
+def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
+    """Steps of PolicyLogProbs + AdamW on one variant; warm-up steps first (FSDP2's lazy
+    init, kernel selection, compilation) are not timed."""
+    from trainer import distributed
+    from trainer.logprobs import PolicyLogProbs, micro_batches, pack
+    from trainer.optimizers import build_optimizer
+    from trainer.parallelize import parallelize, prepare_layers
+
+    attn, free, ckpt, compile_, fsdp = UPDATE_VARIANTS[name]
+    device.reset_peak()
+    model = qwen3("tiny" if tiny else "1.7b", VOCAB if not tiny else 1000, device)
+    model.config._attn_implementation = attn
+    n_params = sum(p.numel() for p in model.parameters())
+    cfg = SimpleNamespace(gradient_checkpointing=ckpt is not None, checkpointing=ckpt or "full",
+                          compile=compile_)
+    bf16 = torch.bfloat16
+    if fsdp:  # FSDP2 on a one-rank mesh: the trainer's bf16 policy, as on N GPUs
+        one_rank_group(device)
+        prepare_layers(model, cfg, train=True)
+        policy = distributed.apply_fsdp(PolicyLogProbs(model), distributed.device_mesh(
+            distributed.World(0, 1, 0, 1), device.type), param_dtype=bf16)
+    else:
+        policy = parallelize(model, cfg, distributed.World(), device.type, bf16, train=True)
+    optim = SimpleNamespace(optimizer="adamw", lr=1e-6, weight_decay=0.1, betas=(0.9, 0.999))
+    optimizer = build_optimizer(policy.parameters(), optim)
+    budget, max_response = (2048, 256) if tiny else (32768, 2048)
+    batch = pack(*dapo_rows(model.config.vocab_size, budget, max_response, seed=1),
+                 pad_id=0).to(device.torch)
+    rows = torch.arange(len(batch.input_ids), device=device.torch)
+    groups = micro_batches(batch, rows, 10_000, budget // 2, padding_free=free)
+    lengths = batch.attention_mask.sum(-1).tolist()
+    tokens = sum(lengths)
+    total = batch.response_mask.sum()
+    times, loss = [], None
+    warmup = 2 if compile_ else 1
+    for step in range(warmup + steps):
+        with timed(device) as t:
+            loss = 0.0
+            for g in groups:
+                mb = batch.rows(g)
+                logp, _ = policy(mb, autocast=bf16, padding_free=free)
+                part = -(logp * mb.response_mask).sum() / total
+                part.backward()
+                loss += float(part.detach())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if step >= warmup:
+            times.append(t.s)
+    seconds = statistics.median(times)
+    flops = 3 * forward_flops(n_params, model.config, lengths)
+    mfu = flops / seconds / (device.peak * 1e12) if device.peak else None
+    computed = sum(batch.rows(g).input_ids.numel() for g in groups) if not free else tokens
+    row = {"stage": "c", "check": name, "seconds": seconds, "tokens_per_s": tokens / seconds,
+           "mfu": mfu, "peak_gib": device.peak_gib(),
+           "note": f"loss {loss:.4f}; {tokens} real tokens, {computed / tokens:.2f}x computed"}
+    del policy, optimizer, model, batch
+    return row
+
+
+def stage_update(device: Device, tiny: bool, steps: int) -> list[dict]:
+    rows = []
+    for name, (_, _, _, compile_, _) in UPDATE_VARIANTS.items():
+        if compile_ and tiny:
+            continue  # inductor on a CPU: minutes; tests/trainer/test_parallelize.py covers it
+        try:
+            rows.append(update_variant(device, tiny, name, steps))
+        except Exception as exc:  # noqa: BLE001 - one variant's failure is a row, not the end
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+            rows.append({"stage": "c", "check": name, "note": f"FAILED: {type(exc).__name__}: "
+                                                              f"{first}"})
+            device.reset_peak()
+    return rows
+
+
+# ---------------------------------------------------------------------------- (d) the LM head
+
+
+def stage_head(device: Device, tiny: bool) -> list[dict]:
+    """The chunked head's bf16 weight gradient against float64 at Qwen's vocabulary (Zipf
+    targets: frequent rows get gradient from every chunk), and its speed per chunk size."""
+    from trainer.logprobs import head_logprobs
+
+    H, N = (16, 1024) if tiny else (2048, 32768)
+    gen = torch.Generator().manual_seed(0)
+    hidden = (torch.randn(N, H, generator=gen) * 0.5).to(device.torch)
+    weight = (torch.randn(VOCAB, H, generator=gen) * H**-0.5).to(device.torch)
+    zipf = torch.arange(1, VOCAB + 1, dtype=torch.float64) ** -1.1
+    targets = torch.multinomial(zipf / zipf.sum(), N, replacement=True,
+                                generator=gen).to(device.torch)
+    grads = {}
+    for dtype in (torch.float64, torch.bfloat16):
+        w = weight.double() if dtype == torch.float64 else weight.clone()
+        w.requires_grad_(True)
+        h = hidden.double() if dtype == torch.float64 else hidden
+        lp, _ = head_logprobs(h, w, targets, chunk_tokens=2048,
+                              compute_dtype=None if dtype == torch.float64 else dtype)
+        lp.sum().backward()
+        grads[dtype] = w.grad.double()
+    err = float((grads[torch.bfloat16] - grads[torch.float64]).norm()
+                / grads[torch.float64].norm())
+    rows = [{"stage": "d", "check": f"head-weight gradient, bf16 vs float64, V={VOCAB}",
+             "note": f"relative error {100 * err:.2f}%"}]
+    for chunk in (2048, 32):
+        w = weight.clone().requires_grad_(True)
+        h = hidden.clone().requires_grad_(True)
+        with timed(device) as t:
+            lp, _ = head_logprobs(h, w, targets, chunk_tokens=chunk, compute_dtype=torch.bfloat16)
+            lp.sum().backward()
+        rows.append({"stage": "d", "check": f"head fwd+bwd, {N} positions, {chunk}-row chunks",
+                     "seconds": t.s})
+    return rows
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def table(rows: list[dict]) -> str:
+    def fmt(v, spec):
+        return "" if v is None else format(v, spec)
+
+    lines = ["| stage | check | s | tokens/s | MFU | peak GiB | note |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        mfu = r.get("mfu")
+        lines.append(f"| {r['stage']} | {r['check']} | {fmt(r.get('seconds'), '.2f')} | "
+                     f"{fmt(r.get('tokens_per_s'), ',.0f')} | "
+                     f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | "
+                     f"{fmt(r.get('peak_gib'), '.1f')} | {r.get('note', '')} |")
+    return "\n".join(lines)
+
+
+def header(device: Device) -> str:
+    import transformers
+
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"gpu_check: {when}; device {device.name}; torch {torch.__version__}; "
+            f"transformers {transformers.__version__}; peak bf16 "
+            f"{device.peak or 'n/a'} TFLOP/s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true", help="run on the CPU (gloo for FSDP2)")
+    p.add_argument("--tiny", action="store_true", help="tiny widths and batches (seconds)")
+    p.add_argument("--stages", default="abcd", help="which stages, e.g. cd")
+    p.add_argument("--steps", type=int, default=3, help="timed update steps per variant (c)")
+    p.add_argument("--out", default=None, help="also write the rows as JSON here")
+    args = p.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        sys.exit("gpu_check: no CUDA device; --cpu --tiny runs the same code paths on CPU")
+    if unknown := set(args.stages) - set("abcd"):
+        sys.exit(f"gpu_check: --stages {args.stages!r}: unknown {sorted(unknown)}; use a, b, c, d")
+    device = Device(args.cpu)
+    print(header(device), flush=True)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        work = Path(tmp)
+        stages = {"a": lambda: stage_default_cell(device, args.tiny, work),
+                  "b": lambda: stage_real_loop(device, args.tiny, work),
+                  "c": lambda: stage_update(device, args.tiny, args.steps),
+                  "d": lambda: stage_head(device, args.tiny)}
+        for key in args.stages:
+            start = time.perf_counter()
+            rows += stages[key]()
+            print(f"stage {key}: {time.perf_counter() - start:.0f} s", flush=True)
+    print(table(rows))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"header": header(device), "rows": rows}, indent=1))
+    return 0 if not any("FAILED" in r.get("note", "") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
