@@ -15,10 +15,13 @@ Time per step: decoding is memory-bandwidth bound (each generated token reads th
 once per decode step, shared by the batch, and its sequence's KV cache); the update is
 compute bound. A forward costs 2P FLOPs per token plus causal attention, 4 x layers x
 (query heads x head dim) x the token's mean context (half its sequence: padding-free
-varlen attention does not attend across rows); per step: the old-log-prob forward, the
-reference forward when one is held, forward+backward (3x), the checkpoint recompute (1x)
-and the chunked head's recompute in backward (2VH per token).
-The efficiency factors are assumptions, printed with the table.
+varlen attention does not attend across rows); per step the useful work is the
+old-log-prob forward, the reference forward when one is held, forward+backward (3x) and
+the chunked head's recompute in backward (2VH per token), done at the MFU measured for the
+trainer's update on an H200 (MEASURED_MFU: checkpointing's recompute is inside it).
+Checkpointing: the table's last column says whether a job fits its GPU without it (then
+set model.gradient_checkpointing: false: the update measured 1.17x faster without).
+The bandwidth factor is an assumption, printed with the table.
 """
 
 from __future__ import annotations
@@ -68,7 +71,12 @@ class Gpu:
 
 
 GPUS = {"h100": Gpu(80, 989, 3.35), "h200": Gpu(141, 989, 4.8), "a100": Gpu(80, 312, 2.0)}
-MFU = 0.35  # share of peak FLOPs a training step reaches (bf16, FSDP2, checkpointing)
+# Model FLOPs utilisation of the trainer's update (3 forwards of useful work per step time),
+# measured by the GPU check on one H200 (torch 2.11, 2026-12; Qwen3-1.7B widths, 31.6k
+# real tokens per step, micro-batches of <= 16,384 tokens, padding-free varlen attention,
+# FSDP2's bf16 policy): 20.4% with activation checkpointing, 23.8% without (issue 35;
+# docs/performance.md "The update on an H200").
+MEASURED_MFU = {True: 0.204, False: 0.238}  # keyed by model.gradient_checkpointing
 MBU = 0.6  # share of peak bandwidth a decode step reaches
 MEAN_RESPONSE = 0.5  # mean response length / max_new_tokens (--mean-response)
 PROMPT_TOKENS = 200  # mean prompt length (DAPO-Math-17k with the template)
@@ -101,13 +109,13 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     tokens_mb = optim.get("max_tokens_per_micro_batch") or 8192
     layer_act = 2 * (10 * arch.hidden + 4 * arch.intermediate)  # bytes per token, bf16
     ckpt = base["model"].get("gradient_checkpointing", False)
-    act = tokens_mb * (arch.layers * arch.hidden * 2 + layer_act if ckpt
-                       else arch.layers * layer_act)
     chunk = auto_chunk_tokens(arch.vocab, "cuda")
-    act += GPU_CHUNK_BUFFERS * 4 * chunk * arch.vocab  # one LM-head chunk's backward
+    head = GPU_CHUNK_BUFFERS * 4 * chunk * arch.vocab  # one LM-head chunk's backward
+    act = {True: tokens_mb * (arch.layers * arch.hidden * 2 + layer_act) + head,
+           False: tokens_mb * arch.layers * layer_act + head}  # by checkpointing
     util = rollout.get("vllm_gpu_memory_utilization", 0.35)
     memory = {"weights": 4 * p / n_gpu, "grads": 4 * p / n_gpu, "adamw": 8 * p / n_gpu,
-              "reference": 2 * p / n_gpu if keeps_reference else 0.0, "activations": act,
+              "reference": 2 * p / n_gpu if keeps_reference else 0.0, "activations": act[ckpt],
               "vllm": util * gpu.memory_gib * GiB}
     new_tokens = rollout.get("max_new_tokens", 8192) * mean_response
     prompts = rollout.get("gen_prompts_per_round") or rollout.get("prompts_per_step", 8)
@@ -123,14 +131,15 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
                     * (PROMPT_TOKENS + new_tokens))
     attn_context = (PROMPT_TOKENS + new_tokens) / 2  # causal: half the sequence on average
     forward = 2 * p + 4 * arch.layers * arch.heads * arch.head_dim * attn_context  # per token
-    forwards = 1 + (1 if keeps_reference else 0) + 3 + (1 if ckpt else 0)
+    forwards = 1 + (1 if keeps_reference else 0) + 3  # useful work: no recompute
     flops = train_tokens * (forwards * forward + 2 * arch.vocab * arch.hidden)
-    update_s = flops / (n_gpu * gpu.bf16_tflops * 1e12 * MFU)
+    update_s = flops / (n_gpu * gpu.bf16_tflops * 1e12 * MEASURED_MFU[bool(ckpt)])
     out = {k: v / GiB for k, v in memory.items()}
     # Gradients are freed and vLLM sleeps (weights offloaded, KV discarded) in turn, so the
     # peak holds the persistent states plus the larger of the two phases.
-    out["total"] = (out["weights"] + out["adamw"] + out["reference"]
-                    + max(out["grads"] + out["activations"], out["vllm"]))
+    persistent = out["weights"] + out["adamw"] + out["reference"]
+    out["total"] = persistent + max(out["grads"] + out["activations"], out["vllm"])
+    out["total_without_ckpt"] = persistent + max(out["grads"] + act[False] / GiB, out["vllm"])
     out["kv_cache"] = kv_budget / GiB
     out["rollout_min"], out["update_min"] = rollout_s / 60, update_s / 60
     out["update_tflop"] = flops / 1e12
@@ -149,8 +158,10 @@ def load(paths: list[str]) -> dict:
 
 def table(rows: list[tuple[str, dict]], gpu_name: str, mean_response: float) -> str:
     head = ("| preset | GPUs/job | weights | grads | AdamW | reference | activations | "
-            "vLLM (KV) | peak / GPU | rollout / step | update / step | whole run |")
-    lines = [head, "|" + "---|" * 12]
+            "vLLM (KV) | peak / GPU | rollout / step | update / step | whole run | "
+            "checkpointing |")
+    lines = [head, "|" + "---|" * 13]
+    gpu_memory = GPUS[gpu_name].memory_gib
     for name, r in rows:
         hours = r["steps"] * (r["rollout_min"] + r["update_min"]) / 60
         lines.append(
@@ -158,12 +169,22 @@ def table(rows: list[tuple[str, dict]], gpu_name: str, mean_response: float) -> 
             f"{r['adamw']:.1f} | {r['reference']:.1f} | {r['activations']:.1f} | "
             f"{r['vllm']:.0f} ({r['kv_cache']:.0f}) | {r['total']:.0f} GiB | "
             f"{r['rollout_min']:.1f} min | {r['update_min']:.1f} min | "
-            f"{hours:.0f} h ({r['steps']} steps) |")
+            f"{hours:.0f} h ({r['steps']} steps) | {checkpointing_verdict(r, gpu_memory)} |")
     lines.append(f"\nGiB per GPU on {gpu_name}; peak = weights + AdamW + reference + max(grads "
-                 f"+ activations, vLLM). MFU {MFU}, decode bandwidth use {MBU}, mean response "
-                 f"{mean_response} x max_new_tokens, prompts {PROMPT_TOKENS} tokens; one "
-                 "generation round of gen_prompts_per_round prompts per step.")
+                 f"+ activations, vLLM). Update MFU as measured on an H200 "
+                 f"({MEASURED_MFU[True]:.1%} with checkpointing, {MEASURED_MFU[False]:.1%} "
+                 f"without), decode bandwidth use {MBU}, mean response {mean_response} x "
+                 f"max_new_tokens, prompts {PROMPT_TOKENS} tokens; one generation round of "
+                 "gen_prompts_per_round prompts per step. Checkpointing: whether the job fits "
+                 "without it (peak without it in brackets).")
     return "\n".join(lines)
+
+
+def checkpointing_verdict(row: dict, gpu_memory_gib: float) -> str:
+    """"off fits" when the peak without activation checkpointing fits the GPU (a 5% margin
+    for the allocator), else "needed"; the peak without it in brackets."""
+    fits = row["total_without_ckpt"] <= 0.95 * gpu_memory_gib
+    return f"{'off fits' if fits else 'needed'} ({row['total_without_ckpt']:.0f} GiB)"
 
 
 # The shipped presets (file, then overlays), for `--all` and the cluster docs' table.

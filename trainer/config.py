@@ -261,9 +261,10 @@ class OptimConfig(_Section):
         "in order)")
     padding_free: bool = Field(
         False, description="concatenate a micro-batch's rows into one sequence (position ids "
-        "restart per row) instead of padding them: no pad token is computed. Fastest with "
-        "model.attn_implementation: flash_attention_2 (variable-length kernels); sdpa/eager "
-        "get a block-diagonal mask. The token budget then counts real tokens")
+        "restart per row) instead of padding them: no pad token is computed. Fast with "
+        "model.attn_implementation: torch_varlen (or flash_attention_2): variable-length "
+        "kernels; sdpa/eager get a dense block-diagonal mask. The token budget then counts "
+        "real tokens")
     share_prompt: bool = Field(
         False, description="compute each distinct prompt of a forward once and copy its KV "
         "cache to the rows that share it (as the hf engine's prefill does): the same log-probs "

@@ -93,7 +93,8 @@ def sampler_logprobs(engine_logprobs: list[list[float] | None] | None,
                      trainer_logp: torch.Tensor) -> torch.Tensor:
     """The sampler's log-probs mu of the batch's tokens, (B, T) like `trainer_logp`: the
     engine's where every response has them (vllm), else `trainer_logp` itself (hf: the
-    training model sampled, so mu = pi_old exactly). Off the responses: trainer_logp's."""
+    training model sampled in the same compute dtype: mu = pi_old, exactly in float32, up to
+    bf16 rounding under bf16). Off the responses: trainer_logp's."""
     if not engine_logprobs or any(lp is None for lp in engine_logprobs):
         return trainer_logp
     mu = trainer_logp.clone()

@@ -50,17 +50,36 @@ def test_every_shipped_preset_fits_an_80gb_gpu(paths):
 
 
 def test_update_flops_count_attention_the_reference_and_the_head_recompute(model_dir):
-    """Per trained token: (old-logprob forward + reference forward + 3 x update + 1 x
-    recompute) x (2P + causal attention at half the sequence) + the head's recompute."""
+    """Per trained token: (old-logprob forward + reference forward + 3 x update) x (2P +
+    causal attention at half the sequence) + the head's recompute; the time divides them by
+    the MFU measured with or without checkpointing (its recompute is inside that MFU)."""
+    from sweep.sizing import MEASURED_MFU
+
     per_layer = 64 * (4 + 2 * 2) * 16 + 4 * 16 * 64 + 3 * 64 * 128
     params = 3 * per_layer + 100 * 64
-    base = {"model": {"path": str(model_dir), "gradient_checkpointing": True},
-            "rollout": {"prompts_per_step": 2, "n": 4, "max_new_tokens": 1000},
-            "optim": {}}
-    gpu = GPUS["h100"]
     tokens = 2 * 4 * (200 + 500)  # prompts 200 tokens, mean response 0.5 x 1000
     attention = 4 * 3 * (4 * 16) * (200 + 500) / 2
-    for keeps, forwards in ((True, 6), (False, 5)):
-        r = estimate(base, gpus=1, gpu=gpu, keeps_reference=keeps)
-        expect = tokens * (forwards * (2 * params + attention) + 2 * 100 * 64)
-        assert r["update_tflop"] * 1e12 == pytest.approx(expect)
+    gpu = GPUS["h100"]
+    for ckpt in (True, False):
+        base = {"model": {"path": str(model_dir), "gradient_checkpointing": ckpt},
+                "rollout": {"prompts_per_step": 2, "n": 4, "max_new_tokens": 1000},
+                "optim": {}}
+        for keeps, forwards in ((True, 5), (False, 4)):
+            r = estimate(base, gpus=1, gpu=gpu, keeps_reference=keeps)
+            expect = tokens * (forwards * (2 * params + attention) + 2 * 100 * 64)
+            assert r["update_tflop"] * 1e12 == pytest.approx(expect)
+            assert r["update_min"] * 60 == pytest.approx(
+                expect / (gpu.bf16_tflops * 1e12 * MEASURED_MFU[ckpt]))
+
+
+def test_the_table_says_whether_a_job_fits_without_checkpointing(model_dir):
+    from sweep.sizing import checkpointing_verdict, table
+
+    base = {"model": {"path": str(model_dir), "gradient_checkpointing": True},
+            "optim": {"max_tokens_per_micro_batch": 1000}}
+    row = estimate(base, gpus=1, gpu=GPUS["h100"], keeps_reference=False)
+    assert row["total_without_ckpt"] >= row["total"] - 1e-9
+    assert checkpointing_verdict(row, 80).startswith("off fits")
+    assert checkpointing_verdict({**row, "total_without_ckpt": 79.0}, 80) == "needed (79 GiB)"
+    row.update(gpus=1, steps=10)
+    assert "| off fits (" in table([("x", row)], "h100", 0.5)
