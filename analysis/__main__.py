@@ -7,6 +7,8 @@
     python -m analysis figures ...      # the paper's Figures 2/3 (analysis.figures)
     python -m analysis power --sweep-dir results/<sweep> [--delta POINTS]   # analysis.power
     python -m analysis within --sweep-dir results/<sweep> --reference stale0  # analysis.within
+    python -m analysis contrasts --sweep-dir results/<sweep> [--delta 3 --kl-delta 0.2]
+        # the paper's contrasts in an overlay: accuracy and KL, separation, detectable Δ
 
 `report` is the one call the workflow's aggregate rule makes; see analysis/report.py for
 everything it writes. `figures` forwards the rest of the command line untouched.
@@ -110,15 +112,16 @@ COMMANDS = {
     "figures": "the paper's Figures 2/3 (analysis.figures)",
     "power": "variance components, detectable difference, design for --delta",
     "within": "Δ of each overlay cell vs the same method at an axis's reference level",
+    "contrasts": "GRPO vs GRPO-ISKL, staleK vs stale0: accuracy and KL Δ, detectable sizes",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m analysis {report,figures,power,within} ...\n")
+        print("usage: python -m analysis {report,figures,power,within,contrasts} ...\n")
         for name, desc in COMMANDS.items():
-            print(f"  {name:8s} {desc}")
+            print(f"  {name:9s} {desc}")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "report":
@@ -131,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         from analysis import within
 
         return within.main(rest)
+    if command == "contrasts":
+        from analysis import contrasts
+
+        return contrasts.main(rest)
     if command == "figures":
         from analysis import figures  # lazy: written separately, heavier imports
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import contrasts
 from analysis.collect import Collection, collect, collect_initial
 from analysis.concordance import report_lines as concordance_lines
 from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
@@ -47,10 +48,11 @@ from analysis.tables import (
     benchmark_display,
     benchmark_order,
     last_best_tables,
+    per_run_last_best,
     render_markdown,
     write_last_best_tables,
 )
-from analysis.verdict import verdict_paragraph
+from analysis.verdict import contrast_paragraph, verdict_paragraph
 from common.files import write_atomic
 from common.layout import SweepDir
 from common.metrics import metric_meta
@@ -247,6 +249,22 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
     return [text + note, ""]
 
 
+def _verdict_scorer(tables: dict[str, pd.DataFrame], wanted: str) -> str | None:
+    """The scorer the verdict reads: `wanted`, else the first evaluated (None: no table)."""
+    return wanted if wanted in tables else next(iter(tables), None)
+
+
+def contrasts_section(rows: pd.DataFrame | None) -> list[str]:
+    """The overlay's contrasts (analysis.contrasts): their paragraph, then their table; []
+    for a sweep without any (no GRPO/GRPO-ISKL pair, no staleness axis)."""
+    if rows is None or rows.empty:
+        return []
+    return [contrast_paragraph(rows), "", "## Contrasts", "",
+            "The paper's contrasts inside this overlay, at Last (`python -m analysis "
+            "contrasts`; * = the 95% interval excludes 0; detectable = the smallest Δ this "
+            "design detects at 95% with 80% power):", "", contrasts.markdown(rows)]
+
+
 def first_paragraph(crosscheck: list[str], verdict: list[str]) -> list[str]:
     """One opening paragraph: a cross-check disagreement (or agreement) leads, the verdict
     follows, so neither is pushed below the fold."""
@@ -388,6 +406,9 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     frontier_files = write_frontier_plots(col.eval, plots_dir, method_colors(labels),
                                           initial=initial)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
+    scorer = _verdict_scorer(tables, opts.verdict_scorer)
+    contrast_rows = (contrasts.contrast_rows(per_run_last_best(col.eval, scorer), run_dirs,
+                                             scorer, opts=opts.delta) if scorer else None)
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",
         "",
@@ -395,6 +416,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
             tables, initial, opts.verdict_scorer,
             lambda scorer: detectable_by_benchmark(
                 sweep_power(opts.sweep_dir, scorer, opts.delta.baseline)))),
+        *contrasts_section(contrast_rows),
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),
         "## Paper vs ours",

@@ -20,6 +20,7 @@ import math
 
 import pandas as pd
 
+from analysis.contrasts import CONTRAST_NAMES, separates
 from analysis.stats import PairedDelta
 from analysis.tables import (
     benchmark_display,
@@ -123,4 +124,48 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
             sentences.append(detectable_sentence(bench, detectable[bench], meta))
         if initial_means and bench in initial_means:
             sentences.append(gain_sentence(rows, bench, initial_means[bench]))
+    return " ".join(sentences)
+
+
+def _separation(delta: float, low: float, high: float, detectable: float, fmt) -> str:
+    """"+1.20 [-2.10, +4.50] (not separated; detectable 4.80)" in `fmt`'s units."""
+    if math.isnan(delta):
+        return "n/a (no paired runs)"
+    if math.isnan(low):
+        return f"{fmt(delta, True)} (one seed: no interval)"
+    said = "separated" if separates(low, high) else "not separated"
+    size = "" if math.isnan(detectable) else f"; detectable {fmt(detectable, False)}"
+    return f"{fmt(delta, True)} [{fmt(low, True)}, {fmt(high, True)}] ({said}{size})"
+
+
+def _points(x: float, sign: bool) -> str:
+    return f"{100 * x:+.2f}" if sign else f"{100 * x:.2f}"
+
+
+def _nats(x: float, sign: bool) -> str:
+    return f"{x:+.3f}" if sign else f"{x:.3f}"
+
+
+def contrast_paragraph(rows: pd.DataFrame) -> str:
+    """The overlay's contrasts in words (`analysis.contrasts.contrast_rows` output): for each
+    pair, accuracy Δ and KL Δ at Last with their 95% intervals, whether each separates, and
+    the smallest difference the design could have detected. "" when there is no pair."""
+    if rows.empty:
+        return ""
+    seeds = sorted(set(int(s) for s in rows["seeds"]))
+    seeds_txt = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    bench = benchmark_display(str(rows["benchmark"].iloc[0]))
+    sentences = [
+        f"**Contrasts** (computed: at Last on {bench}, {seeds_txt} seed(s) per cell; accuracy "
+        "Δ = cell - partner in percentage points with its 95% paired bootstrap interval over "
+        "(problem, seed) pairs; KL Δ = the difference of KL(pi_ckpt || pi_init) in nats per "
+        "response with its 95% t interval over seeds; separated = the interval excludes 0; "
+        "detectable = the smallest Δ this design detects at 95% with 80% power)."]
+    for contrast, group in rows.groupby("contrast", sort=False):
+        parts = [f"{r.label} vs {r.partner}: accuracy "
+                 f"{_separation(r.delta, r.delta_low, r.delta_high, r.mdd, _points)}, KL "
+                 f"{_separation(r.kl_delta, r.kl_low, r.kl_high, r.kl_mdd, _nats)}"
+                 for r in group.itertuples()]
+        sentences.append(f"{CONTRAST_NAMES[contrast][0].upper()}"
+                         f"{CONTRAST_NAMES[contrast][1:]}: {'; '.join(parts)}.")
     return " ".join(sentences)

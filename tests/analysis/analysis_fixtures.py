@@ -41,8 +41,9 @@ RUNS = {  # run_id: (label, seed, tags)
 }
 
 
-def summary(bench: str, step: int, mean: float, n: int = 4) -> dict:
-    """An evaluation summary in the shared schema; math_verify = dapo - 0.05."""
+def summary(bench: str, step: int, mean: float, n: int = 4, kl: float | None = None) -> dict:
+    """An evaluation summary in the shared schema; math_verify = dapo - 0.05; `kl`: its
+    KL to the initial model (k1, nats per response), none when None."""
 
     def block(m: float) -> dict:
         return {
@@ -58,7 +59,7 @@ def summary(bench: str, step: int, mean: float, n: int = 4) -> dict:
             "timeout_rate": 0.0,
         }
 
-    return {
+    out = {
         "benchmark": bench,
         "step": step,
         "checkpoint": f"checkpoints/step_{step}",
@@ -77,6 +78,10 @@ def summary(bench: str, step: int, mean: float, n: int = 4) -> dict:
         "truncation_rate": 0.05,
         "scorers": {"dapo": block(mean), "math_verify": block(round(mean - 0.05, 10))},
     }
+    if kl is not None:
+        out["kl_to_initial"] = {"kl_to_initial_k1": kl, "kl_to_initial_k1_stderr": 0.01,
+                                "kl_to_initial_k3": kl, "kl_to_initial_k3_stderr": 0.01}
+    return out
 
 
 NUM_PROBLEMS, N_SAMPLES = 5, 4
@@ -129,7 +134,9 @@ def write_run(
     steps: int = 3,
     evals: dict | None = None,
     done: bool = True,
+    kls: dict | None = None,
 ) -> Path:
+    """One run directory; `evals` {bench: {step: mean}}, `kls` {bench: {step: KL}}."""
     run = runs_root / run_id
     run.mkdir(parents=True)
     cfg = {"run_id": run_id, "label": label, "seed": seed, "tags": tags, "out_dir": str(run)}
@@ -140,7 +147,8 @@ def write_run(
         for step, mean in by_step.items():
             d = run / "eval" / f"step_{step}"
             d.mkdir(parents=True, exist_ok=True)
-            (d / f"{bench}.json").write_text(json.dumps(summary(bench, step, mean)))
+            kl = (kls or {}).get(bench, {}).get(step)
+            (d / f"{bench}.json").write_text(json.dumps(summary(bench, step, mean, kl=kl)))
             records = sample_records(bench, {"dapo": mean, "math_verify": round(mean - 0.05, 10)})
             (d / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if done:
