@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -54,6 +55,19 @@ def slurm_rendezvous(env: dict[str, str] | None = None) -> list[str]:
             "--rdzv-id", env["SLURM_JOB_ID"]]
 
 
+# How torchrun's agent ends the other workers once one has exited: SIGTERM, then SIGKILL.
+STOPPED_BY_THE_AGENT = {-signal.SIGTERM, -signal.SIGKILL}
+
+
+def preempted(codes: set[int]) -> bool:
+    """The job was preempted with its state saved: some worker exited 75 and every other
+    one did too or was stopped by the agent after it. A worker raises Preempted (75) only
+    after the collective state save has returned on every rank, so one 75 means the state
+    is whole; a peer still tearing down when the first 75 lands is SIGTERMed by the agent
+    (seen under load: {75, -15})."""
+    return PREEMPTED_EXIT_CODE in codes and codes <= {PREEMPTED_EXIT_CODE, *STOPPED_BY_THE_AGENT}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     launcher_args = argv[:argv.index("-m")] if "-m" in argv else argv
@@ -64,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args)
     except ChildFailedError as e:
-        codes = {failure.exitcode for failure in e.failures.values()}
-        if codes == {PREEMPTED_EXIT_CODE}:
+        if preempted({failure.exitcode for failure in e.failures.values()}):
             return PREEMPTED_EXIT_CODE
         raise
     except SignalException as e:

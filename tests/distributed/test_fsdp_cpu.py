@@ -148,6 +148,18 @@ def test_a_signal_inside_rank0s_checkpoint_write_leaves_a_state_on_every_rank(ti
     assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4, 5]
 
 
+def test_the_launcher_reads_a_peer_stopped_after_a_preemption_as_preempted():
+    """One rank exits 75 (only after the collective state save returned on every rank) and
+    torchrun's agent SIGTERMs (then SIGKILLs) the others: still "preempted, state saved".
+    Any other failure keeps torchrun's own exit."""
+    from trainer.launch import preempted
+
+    assert preempted({75}) and preempted({75, -signal.SIGTERM})
+    assert preempted({75, -signal.SIGKILL, -signal.SIGTERM})
+    assert not preempted({-signal.SIGTERM})  # nobody saved
+    assert not preempted({75, 1}) and not preempted({1})  # a rank failed otherwise
+
+
 def test_a_failing_rank_ends_the_job_promptly_with_its_error(tiny_dir, tmp_path):
     cfg = write_config(tmp_path, "fail", model_path=tiny_dir, optim={"steps": 50},
                        debug={"fail_at": [1, 2]})
