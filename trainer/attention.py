@@ -38,13 +38,18 @@ NAME = "torch_varlen"
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)  # the flash kernel behind varlen_attn
 
 
+try:  # imported here, not on first use: it registers the torch_attn ops selective
+    # checkpointing's policy looks up (trainer.parallelize)
+    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
+except ImportError:  # a torch before varlen_attn
+    _varlen_attn = None
+
+
 def kernel():
     """torch's `varlen_attn`, or None where the installed torch has none (before 2.11)."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
+    if _varlen_attn is None or "window_size" not in inspect.signature(_varlen_attn).parameters:
         return None
-    return varlen_attn if "window_size" in inspect.signature(varlen_attn).parameters else None
+    return _varlen_attn
 
 
 def uses_kernel(query: torch.Tensor) -> bool:

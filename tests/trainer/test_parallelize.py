@@ -94,3 +94,12 @@ def test_compiled_layers_give_the_eager_numbers_under_the_same_names():
     torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
     for name, g in want[1].items():
         torch.testing.assert_close(got[1][name], g, atol=1e-5, rtol=1e-4)
+
+
+def test_selective_checkpointing_keeps_torchs_varlen_attention_output():
+    """The varlen kernel's op is registered when trainer.attention is imported, before the
+    policy's op set is first built (it is cached): on a GPU its output is kept, not redone."""
+    from trainer.parallelize import _selective_ops
+
+    assert torch.ops.torch_attn._varlen_attn.default in _selective_ops()
+    assert torch.ops.aten.mm.default in _selective_ops()
