@@ -345,10 +345,7 @@ def snapshot_results(folder: Path, link: str, scorer: str | None = None) -> str:
     meta = snapshot_meta(folder)
     run = SweepDir(folder)
     table_path = run.tables / f"{table_stem(scorer)}.md"
-    for path in (table_path, run.report):
-        if not path.is_file():
-            raise SystemExit(f"{path}: missing from the snapshot; copy the sweep's tables/ "
-                             "and report.md verbatim")
+    require(table_path, run.report)
     verdict, initial = _report_part(run.report.read_text(), scorer)
     lines = [f"{provenance(meta)} Its table, verbatim from [the run's report]({link}/report.md):",
              "", table_path.read_text().rstrip("\n"), ""]
@@ -358,6 +355,14 @@ def snapshot_results(folder: Path, link: str, scorer: str | None = None) -> str:
         lines += ["The report's first paragraph, computed from these numbers "
                   "(`analysis/verdict.py`):", "", f"> {verdict}", ""]
     return "\n".join(lines)
+
+
+def require(*paths: Path) -> None:
+    """Every file a README block is made from is in the snapshot, or one line says which."""
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"{path}: missing from the snapshot; copy the sweep's tables/, "
+                             "plots/ and report.md verbatim")
 
 
 def provenance(meta: dict) -> str:
@@ -385,10 +390,7 @@ def gen_frontier_results() -> str:
     meta = snapshot_meta(folder)
     run = SweepDir(folder)
     plot = run.plots / f"frontier_designs_{VERDICT_SCORER}.png"
-    for path in (plot, run.report):
-        if not path.is_file():
-            raise SystemExit(f"{path}: missing from the snapshot; copy the sweep's plots/ "
-                             "and report.md verbatim")
+    require(plot, run.report)
     contrasts = next((line for line in run.report.read_text().splitlines()
                       if line.startswith("**Contrasts**")), None)
     if contrasts is None:

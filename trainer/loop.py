@@ -43,7 +43,6 @@ from algorithms import (
     kl_reward_penalty,
 )
 from common.files import read_yaml, write_atomic
-from common.generation.base import full_tensor, model_weights
 from common.layout import RunDir
 from common.metrics import metric_meta
 from common.prompts import build_prompt, encode_prompts
@@ -485,17 +484,11 @@ class Trainer:
         (schedule-free: x, trainer.optimizers); under FSDP2 the full weights are gathered
         first (a collective) and rank 0 writes. LoRA: the merged weights under the plain HF
         names (evaluation needs no peft), the adapters beside them in `adapter/`."""
-        state, adapters = None, None
+        state, extra = None, None
         with evaluation_weights(self.optimizer):
-            if self.peft is not None:  # LoRA: merged weights, gathered one at a time on
-                state, adapters = {}, {}   # every rank (collectives), kept by rank 0
-                for k, v in model_weights(self.model):
-                    if self.world.main:
-                        state[k] = v.cpu()
-                for k, p in lora.adapter_parameters(self.model).items():
-                    whole = full_tensor(p)
-                    if self.world.main:  # peft's names for its save_pretrained
-                        adapters[f"base_model.model.{k}"] = whole.cpu()
+            if self.peft is not None:  # LoRA: merged weights + the adapters (collectives)
+                state, adapters = lora.checkpoint_parts(self.model, keep=self.world.main)
+                extra = lora.adapter_writer(self.peft, adapters)
             elif self.world.distributed:
                 prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
                 state = {k.removeprefix(prefix): v
@@ -503,10 +496,9 @@ class Trainer:
             if self.world.main:
                 if self.cfg.debug.signal_in_checkpoint == self.global_step:
                     os.kill(os.getpid(), signal.SIGTERM)  # the drill: a signal mid-save
-                save_hf_checkpoint(
-                    self.model, self.tokenizer, path, config_yaml=self.config_yaml, dtype=dtype,
-                    state_dict=state, extra=None if adapters is None else lambda tmp:
-                    self.peft.save_pretrained(tmp / lora.ADAPTER_DIR, state_dict=adapters))
+                save_hf_checkpoint(self.model, self.tokenizer, path,
+                                   config_yaml=self.config_yaml, dtype=dtype, state_dict=state,
+                                   extra=extra)
         return path
 
     def save(self, *, force_state: bool = False) -> float | None:

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
+
+from common.generation.base import full_tensor, model_weights
 
 ADAPTER_DIR = "adapter"  # inside an HF checkpoint: the adapters beside the merged weights
 
@@ -112,3 +115,26 @@ def load_snapshot(snapshot: dict[str, torch.Tensor], values: dict[str, torch.Ten
     with torch.no_grad():
         for n, t in snapshot.items():
             t.copy_(values[n])
+
+
+def checkpoint_parts(model, keep: bool) -> tuple[dict, dict]:
+    """(the merged weights under the plain HF names, the adapters under peft's names) of
+    `model`, each gathered whole one tensor at a time (collectives under FSDP2: every rank
+    calls this), kept on the CPU where `keep` (rank 0, the writer), else {} and {}."""
+    merged, adapters = {}, {}
+    for name, t in model_weights(model):
+        if keep:
+            merged[name] = t.cpu()
+    for name, p in adapter_parameters(model).items():
+        whole = full_tensor(p)
+        if keep:
+            adapters[f"base_model.model.{name}"] = whole.cpu()
+    return merged, adapters
+
+
+def adapter_writer(peft_model, adapters: dict):
+    """A function writing the adapters (peft's `adapter_model.safetensors` and
+    `adapter_config.json`) into a checkpoint folder's ADAPTER_DIR."""
+    def write(folder: Path) -> None:
+        peft_model.save_pretrained(Path(folder) / ADAPTER_DIR, state_dict=adapters)
+    return write
