@@ -26,12 +26,14 @@ UNTIMED_SKIP = {"time_rollout", "time_logprob", "time_update", "time_step", "tok
 
 
 def _config(tmp_path: Path, model: Path, run_id: str, lora: dict | None = None,
-            steps: int = 4, lr: float = 1e-3, **debug) -> Path:
+            steps: int = 4, lr: float = 1e-3, dynamic_sampling: bool | None = None,
+            **debug) -> Path:
     cfg = parse_run_config({
         "run_id": run_id, "out_dir": str(tmp_path / run_id), "seed": 0,
         "model": {"path": str(model), "device": "cpu", "lora": lora},
         "rollout": {"engine": "vllm", "n": 8, "prompts_per_step": 8, "max_new_tokens": 24,
-                    "overlong_buffer": 4, "temperature": 0.8},
+                    "overlong_buffer": 4, "temperature": 0.8,
+                    "dynamic_sampling": dynamic_sampling},
         "optim": {"steps": steps, "lr": lr, "epochs": 2, "mini_batch_size": 32},
         "checkpoint": {"eval_steps": [steps]},
         "tracking": {"mlflow_uri": None, "progress": False},
@@ -82,8 +84,9 @@ def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path):
 
     from trainer.logprobs import pack, response_logprobs
 
+    # every batch kept (no dynamic sampling), so the gap is measured after every push
     run_cli("trainer", "--config", str(_config(tmp_path, vllm_tiny, "lora", lora={"rank": 4},
-                                               steps=3, lr=5e-2)))
+                                               steps=3, lr=1e-2, dynamic_sampling=False)))
     rows = _metrics(tmp_path / "lora")
     assert [r["step"] for r in rows] == [1, 2, 3] and all(r["grad_norm"] > 0 for r in rows)
     for row in rows:
