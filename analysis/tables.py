@@ -292,7 +292,8 @@ class WideTable:
             return format_cell(r.mean, r.se, r.n_seeds, self.meta, pm,
                                interval=(r.ci95_low, r.ci95_high), show_na=True)
         if col[2] == "kl":
-            return format_cell(r.kl, r.kl_se, r.n_seeds, metric_meta(KL_METRIC), pm)
+            return format_cell(r.kl, r.kl_se, r.n_seeds, metric_meta(KL_METRIC), pm,
+                               interval=(r.kl_ci95_low, r.kl_ci95_high))
         if label == self.baseline:
             return "baseline"
         return format_delta(r.delta, r.delta_low, r.delta_high, self.meta)
@@ -335,7 +336,7 @@ def _kl_caption(tidy: pd.DataFrame) -> str:
         return ""
     return (" KL Last = KL(pi_ckpt || pi_init) to the initial model at the Last checkpoint, "
             "in nats per response (k1 on its own evaluation samples), mean ± standard error "
-            "over seeds; – where a run has no KL.")
+            "[95% t interval] over seeds; – where a run has no KL.")
 
 
 def _delta_caption(tidy: pd.DataFrame) -> str:

@@ -11,11 +11,13 @@ Stages (each a row group of the table):
   b  the real loop on a locally built, random-init Qwen3-0.6B-shaped model (the tiny
      tokenizer) with the GPU presets' options (torch_varlen, padding-free, token budget,
      bf16, checkpointing, GRPO's held reference), 3 steps: rollout / log-prob / update s;
+     then the same with `model.lora` (rank 32; the reference is the base, no copy);
   c  the update alone (PolicyLogProbs + AdamW, as the trainer builds them) at Qwen3-1.7B
      widths on ~32k real tokens of DAPO-like rows per step, micro-batches of <= 16,384
      tokens, per variant: attention (sdpa padded / sdpa padding-free / torch_varlen),
      activation checkpointing (full / selective / off), regional compile, FSDP2 at world
-     size 1 with the trainer's bf16 policy: step s, tokens/s, MFU, peak GiB, loss;
+     size 1 with the trainer's bf16 policy, LoRA rank 32 on every linear layer against full
+     fine-tuning: step s, tokens/s, MFU, peak GiB, loss;
   d  the chunked LM head at vocabulary 151,936: the bf16 head-weight gradient's error
      against float64, and 32k positions forward+backward at 2,048-row vs 32-row chunks.
 
@@ -205,7 +207,8 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
 
 def stage_real_loop(device: Device, tiny: bool, work: Path) -> list[dict]:
     """The trainer's own loop (rollout, log-probs, update) for 3 steps on a Qwen3-0.6B-shaped
-    random model with the GPU presets' options; GRPO, so a reference is held too."""
+    random model with the GPU presets' options; GRPO, so a reference is held too; then the
+    same with LoRA adapters (`model.lora`, rank 32: the reference is the base, no copy)."""
     import shutil
 
     from trainer.config import parse_run_config
@@ -217,45 +220,52 @@ def stage_real_loop(device: Device, tiny: bool, work: Path) -> list[dict]:
     for f in TINY_MODEL.glob("tok*"):
         shutil.copy(f, model_dir / f.name)
     del model
-    cfg = parse_run_config({
-        "run_id": "real-loop", "out_dir": str(work / "real-loop"), "seed": 0,
-        "model": {"path": str(model_dir), "device": device.type, "compute_dtype": "bfloat16",
-                  "gradient_checkpointing": True, "attn_implementation": "torch_varlen"},
-        "method": {"name": "GRPO"},
-        "rollout": {"n": 8, "prompts_per_step": 2 if tiny else 16, "max_new_tokens":
-                    16 if tiny else 128, "overlong_buffer": 4, "dynamic_sampling": False},
-        "optim": {"steps": 3, "lr": 1e-6, "padding_free": True, "micro_batch_size": 64,
-                  "max_tokens_per_micro_batch": 16384, "mini_batch_size": None},
-        "tracking": {"mlflow_uri": None, "progress": False}}, "gpu_check (b)")
-    device.reset_peak()
-    trainer = Trainer(cfg)
-    trainer.setup(track=False)
-    steps = [trainer.step() for _ in range(3)]
-    last = steps[-1]
-    return [{"stage": "b", "check": "real loop, Qwen3-0.6B shape, GRPO, step 3",
-             "seconds": last["time_step"], "peak_gib": device.peak_gib(),
-             "note": f"rollout {last['time_rollout']:.2f} s, log-probs "
-                     f"{last['time_logprob']:.2f} s, update {last['time_update']:.2f} s; "
-                     f"{last['response_length_mean']:.0f} tokens/response"}]
+    rows = []
+    for name, lora in (("", None), (", LoRA r32", {"rank": 32})):
+        cfg = parse_run_config({
+            "run_id": "real-loop", "out_dir": str(work / f"real-loop{bool(lora)}"), "seed": 0,
+            "model": {"path": str(model_dir), "device": device.type, "compute_dtype": "bfloat16",
+                      "gradient_checkpointing": True, "attn_implementation": "torch_varlen",
+                      "lora": lora},
+            "method": {"name": "GRPO"},
+            "rollout": {"n": 8, "prompts_per_step": 2 if tiny else 16, "max_new_tokens":
+                        16 if tiny else 128, "overlong_buffer": 4, "dynamic_sampling": False},
+            "optim": {"steps": 3, "lr": 1e-6, "padding_free": True, "micro_batch_size": 64,
+                      "max_tokens_per_micro_batch": 16384, "mini_batch_size": None},
+            "tracking": {"mlflow_uri": None, "progress": False}}, "gpu_check (b)")
+        device.reset_peak()
+        trainer = Trainer(cfg)
+        trainer.setup(track=False)
+        last = [trainer.step() for _ in range(3)][-1]
+        rows.append({"stage": "b", "check": f"real loop, Qwen3-0.6B shape, GRPO{name}, step 3",
+                     "seconds": last["time_step"], "peak_gib": device.peak_gib(),
+                     "note": f"rollout {last['time_rollout']:.2f} s, log-probs "
+                             f"{last['time_logprob']:.2f} s, update {last['time_update']:.2f} "
+                             f"s; {last['response_length_mean']:.0f} tokens/response"})
+        del trainer
+    return rows
 
 
 # ---------------------------------------------------------------------------- (c) the update
 
-# name: (attention, padding_free, checkpointing (None: off), compile, fsdp)
+# name: (attention, padding_free, checkpointing (None: off), compile, fsdp, LoRA rank)
 UPDATE_VARIANTS = {
-    "sdpa, padded token budget, full ckpt": ("sdpa", False, "full", False, False),
-    "sdpa, padding-free (dense block mask), full ckpt": ("sdpa", True, "full", False, False),
-    "torch_varlen, padding-free, full ckpt": ("torch_varlen", True, "full", False, False),
-    "torch_varlen, selective ckpt": ("torch_varlen", True, "selective", False, False),
-    "torch_varlen, no ckpt": ("torch_varlen", True, None, False, False),
+    "sdpa, padded token budget, full ckpt": ("sdpa", False, "full", False, False, None),
+    "sdpa, padding-free (dense block mask), full ckpt": ("sdpa", True, "full", False, False, None),
+    "torch_varlen, padding-free, full ckpt": ("torch_varlen", True, "full", False, False, None),
+    "torch_varlen, selective ckpt": ("torch_varlen", True, "selective", False, False, None),
+    "torch_varlen, no ckpt": ("torch_varlen", True, None, False, False, None),
     "torch_varlen, selective ckpt, compiled layers": ("torch_varlen", True, "selective", True,
-                                                      False),
+                                                      False, None),
     "FSDP2 (ws 1, bf16 policy), torch_varlen, full ckpt": ("torch_varlen", True, "full", False,
-                                                           True),
-    "FSDP2, torch_varlen, selective ckpt": ("torch_varlen", True, "selective", False, True),
-    "FSDP2, torch_varlen, no ckpt": ("torch_varlen", True, None, False, True),
+                                                           True, None),
+    "FSDP2, torch_varlen, selective ckpt": ("torch_varlen", True, "selective", False, True, None),
+    "FSDP2, torch_varlen, no ckpt": ("torch_varlen", True, None, False, True, None),
     "FSDP2, torch_varlen, selective ckpt, compiled layers": ("torch_varlen", True, "selective",
-                                                             True, True),
+                                                             True, True, None),
+    "torch_varlen, full ckpt, LoRA r32 (every linear)": ("torch_varlen", True, "full", False,
+                                                          False, 32),
+    "FSDP2, torch_varlen, full ckpt, LoRA r32": ("torch_varlen", True, "full", False, True, 32),
 }
 
 
@@ -264,14 +274,20 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
     init, kernel selection, compilation) are not timed."""
     from trainer import distributed
     from trainer.logprobs import PolicyLogProbs, micro_batches, pack
+    from trainer.lora import trainable
     from trainer.optimizers import build_optimizer
     from trainer.parallelize import parallelize, prepare_layers
 
-    attn, free, ckpt, compile_, fsdp = UPDATE_VARIANTS[name]
+    attn, free, ckpt, compile_, fsdp, rank = UPDATE_VARIANTS[name]
     device.reset_peak()
     model = qwen3("tiny" if tiny else "1.7b", VOCAB if not tiny else 1000, device)
     model.config._attn_implementation = attn
     n_params = sum(p.numel() for p in model.parameters())
+    if rank:
+        from trainer.config import LoraSettings
+        from trainer.lora import apply_lora
+
+        apply_lora(model, LoraSettings(rank=rank))
     cfg = SimpleNamespace(gradient_checkpointing=ckpt is not None, checkpointing=ckpt or "full",
                           compile=compile_)
     bf16 = torch.bfloat16
@@ -283,7 +299,7 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
     else:
         policy = parallelize(model, cfg, distributed.World(), device.type, bf16, train=True)
     optim = SimpleNamespace(optimizer="adamw", lr=1e-6, weight_decay=0.1, betas=(0.9, 0.999))
-    optimizer = build_optimizer(policy.parameters(), optim)
+    optimizer = build_optimizer(trainable(policy), optim)
     budget, max_response = (2048, 256) if tiny else (32768, 2048)
     batch = pack(*dapo_rows(model.config.vocab_size, budget, max_response, seed=1),
                  pad_id=0).to(device.torch)
@@ -308,7 +324,9 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
         if step >= warmup:
             times.append(t.s)
     seconds = statistics.median(times)
-    flops = 3 * forward_flops(n_params, model.config, lengths)
+    # useful work: forward + backward, 3 forwards; LoRA's backward computes no frozen weight
+    # gradients, so 2 (the adapters' own FLOPs are ~rank / hidden of that: not counted)
+    flops = (2 if rank else 3) * forward_flops(n_params, model.config, lengths)
     mfu = flops / seconds / (device.peak * 1e12) if device.peak else None
     computed = sum(batch.rows(g).input_ids.numel() for g in groups) if not free else tokens
     row = {"stage": "c", "check": name, "seconds": seconds, "tokens_per_s": tokens / seconds,
@@ -320,7 +338,7 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
 
 def stage_update(device: Device, tiny: bool, steps: int) -> list[dict]:
     rows = []
-    for name, (_, _, _, compile_, _) in UPDATE_VARIANTS.items():
+    for name, (_, _, _, compile_, _, _) in UPDATE_VARIANTS.items():
         if compile_ and tiny:
             continue  # inductor on a CPU: minutes; tests/trainer/test_parallelize.py covers it
         try:

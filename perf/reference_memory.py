@@ -4,11 +4,14 @@ and (--setup) per-rank set-up memory at world size 2, this checkout vs another.
     python perf/reference_memory.py                 # ~30M-parameter Llama, CPU
     python perf/reference_memory.py --device cuda --hidden 2048 --layers 16
     python perf/reference_memory.py --setup --baseline /tmp/old   # CPU, torchrun, gloo
+    python perf/reference_memory.py --methods GRPO GRPO --lora 0 8   # full vs LoRA rank 8
 
 Builds one random HF Llama (same weights for both runs; the tiny tokenizer), then runs 2
 trainer steps per method, each in a fresh process, and prints side by side: the model
-copies held (policy + reference), the bytes of weights held, and the process's peak
-memory (CUDA: max_memory_allocated; CPU: peak resident set, ru_maxrss).
+copies held (policy + reference), the bytes of weights held, the bytes the reference holds
+(a copy; under LoRA (`--lora`, a rank per run, 0 = full fine-tuning) none, or a refreshed
+snapshot of the adapters), and the process's peak memory (CUDA: max_memory_allocated; CPU:
+peak resident set, ru_maxrss).
 
 --setup: a GRPO trainer (held reference in bf16) is set up under `torchrun
 --nproc-per-node 2` (gloo, CPU), once with this checkout's code and once with the
@@ -47,12 +50,13 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
     return out
 
 
-def one_run(model: str, method: str, device: str, out: str) -> dict:
+def one_run(model: str, method: str, device: str, out: str, lora_rank: int = 0) -> dict:
     from trainer.config import parse_run_config
     from trainer.loop import Trainer
 
     cfg = parse_run_config({
-        "run_id": method, "out_dir": out, "model": {"path": model, "device": device},
+        "run_id": method, "out_dir": out, "model": {
+            "path": model, "device": device, "lora": {"rank": lora_rank} if lora_rank else None},
         "method": {"name": method}, "optim": {"steps": 2},
         "rollout": {"n": 4, "prompts_per_step": 4, "max_new_tokens": 16},
         "tracking": {"mlflow_uri": None, "progress": False},
@@ -61,13 +65,18 @@ def one_run(model: str, method: str, device: str, out: str) -> dict:
     trainer.setup(track=False)
     for _ in range(2):
         trainer.step()
-    models = [trainer.model] + ([trainer.ref_schedule.model] if trainer.ref_schedule.held else [])
+    ref = trainer.ref_schedule
+    models = [trainer.model] + ([ref.model] if ref.model is not None else [])
     held = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
+    ref_bytes = (sum(p.numel() * p.element_size() for p in ref.model.parameters())
+                 if ref.model is not None else
+                 sum(t.numel() * t.element_size() for t in (ref.adapters or {}).values()))
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return {"copies": len(models), "weights_bytes": held, "peak_bytes": peak}
+    return {"copies": len(models), "weights_bytes": held, "reference_bytes": ref_bytes,
+            "peak_bytes": peak}
 
 
 def setup_child(model: str, out: str) -> None:
@@ -140,17 +149,20 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--device", default="cpu")
     p.add_argument("--methods", nargs=2, default=["RPG-REINFORCE-URKL", "GRPO"])
+    p.add_argument("--lora", nargs=2, type=int, default=[0, 0], metavar="RANK",
+                   help="LoRA rank of each run (0 = full fine-tuning)")
     p.add_argument("--setup", action="store_true",
                    help="per-rank set-up memory at world size 2 (CPU) instead")
     p.add_argument("--baseline", help="with --setup: a checkout of the code to compare with")
-    p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # model method out
+    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)  # model method out rank
     p.add_argument("--setup-child", nargs=2, help=argparse.SUPPRESS)  # model out
     args = p.parse_args()
     if args.setup_child:
         setup_child(*args.setup_child)
         return
     if args.child:
-        print(json.dumps(one_run(*args.child[:2], args.device, args.child[2])))
+        model, method, out, rank = args.child
+        print(json.dumps(one_run(model, method, args.device, out, int(rank))))
         return
     work = Path(tempfile.mkdtemp(prefix="refmem_"))
     model = build_model(work / "model", args.hidden, args.layers)
@@ -158,21 +170,22 @@ def main() -> None:
         setup_memory(model, work, args.baseline)
         return
     results = {}
-    for method in args.methods:
+    for i, (method, rank) in enumerate(zip(args.methods, args.lora)):
+        label = f"{method}{f' + LoRA r{rank}' if rank else ''}"
         cmd = [sys.executable, __file__, "--device", args.device, "--child", str(model), method,
-               str(work / method)]
+               str(work / f"run{i}"), str(rank)]
         out = subprocess.check_output(cmd, text=True, stderr=subprocess.DEVNULL)
-        results[method] = json.loads(out.strip().splitlines()[-1])
+        results[label] = json.loads(out.strip().splitlines()[-1])
     mib = 2**20
     print(f"2 trainer steps, Llama hidden {args.hidden} x {args.layers} layers, {args.device}")
-    print(f"{'method':<22}{'models held':>12}{'weights MiB':>14}{'peak MiB':>12}")
-    for method, r in results.items():
-        print(f"{method:<22}{r['copies']:>12}{r['weights_bytes'] / mib:>14.1f}"
-              f"{r['peak_bytes'] / mib:>12.1f}")
-    a, b = (results[m] for m in args.methods)
-    print(f"peak ratio {args.methods[1]} / {args.methods[0]}: "
-          f"{b['peak_bytes'] / a['peak_bytes']:.2f}x; weights held ratio: "
-          f"{b['weights_bytes'] / a['weights_bytes']:.2f}x")
+    print(f"{'run':<26}{'models held':>12}{'weights MiB':>14}{'reference MiB':>15}"
+          f"{'peak MiB':>12}")
+    for label, r in results.items():
+        print(f"{label:<26}{r['copies']:>12}{r['weights_bytes'] / mib:>14.1f}"
+              f"{r['reference_bytes'] / mib:>15.2f}{r['peak_bytes'] / mib:>12.1f}")
+    (la, a), (lb, b) = results.items()
+    print(f"peak ratio {lb} / {la}: {b['peak_bytes'] / a['peak_bytes']:.2f}x; weights held "
+          f"ratio: {b['weights_bytes'] / a['weights_bytes']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,9 @@ NEEDS_KL = ("beta", "reference")
 LOSS_AXES = RPG_ONLY + PENALTY_ONLY + ("clip", "beta", "entropy_coef")
 # Axes that set a run-config `rollout` key, not the method: axis -> its key path in `rollout`
 ROLLOUT_AXES = {"correction": ("correction", "mode"), "staleness": ("staleness",)}
-RUN_AXES = ("reference", *ROLLOUT_AXES)  # set outside the loss: part of a cell's identity
+MODEL_AXES = ("lora",)  # set the run config's `model` (and with lora.lr, `optim.lr`)
+# set outside the loss: part of a cell's identity
+RUN_AXES = ("reference", *ROLLOUT_AXES, *MODEL_AXES)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Cell:
             "agg": loss.agg, "advantage": self.method.advantage,
             "reference": self.method.reference,
             **{a: str(self.axes[a]) for a in ROLLOUT_AXES if a in self.axes},
+            **{a: _axis_token(a, self.axes[a]) for a in MODEL_AXES if a in self.axes},
         }
 
 
@@ -107,6 +110,12 @@ def _axis_token(axis: str, value) -> str:
         return f"corr-{value.replace('_', '')}"
     if axis == "staleness":
         return f"stale{value}"
+    if axis == "lora":
+        if value is None:
+            return "full"
+        alpha = f"-a{_num(value['alpha'])}" if value.get("alpha") is not None else ""
+        lr = f"-lr{_num(value['lr'])}" if value.get("lr") is not None else ""
+        return f"lora-r{value['rank']}{alpha}{lr}"
     if axis == "reference":
         extra = {"every_k": f"{value.get('k')}", "kl_target": f"{_num(value.get('kappa') or 0)}"}
         return f"ref-{value['schedule'].replace('_', '')}{extra.get(value['schedule'], '')}"
@@ -248,6 +257,18 @@ def rollout_settings(cell: Cell) -> dict:
                 node = node.setdefault(key, {})
             node[path[-1]] = cell.axes[axis]
     return out
+
+
+def model_settings(cell: Cell) -> tuple[dict, dict]:
+    """The run config's (`model`, `optim`) keys the cell's axes set: model.lora (null: full
+    fine-tuning) and, when the lora axis value names one, optim.lr."""
+    if "lora" not in cell.axes:
+        return {}, {}
+    value = cell.axes["lora"]
+    if value is None:
+        return {"lora": None}, {}
+    settings = {k: v for k, v in value.items() if k in ("rank", "alpha") and v is not None}
+    return {"lora": settings}, ({"lr": value["lr"]} if value.get("lr") is not None else {})
 
 
 def check_staleness_world(sweep: SweepConfig, source: str) -> None:

@@ -15,7 +15,7 @@ import yaml
 from common.layout import RunDir, SweepDir
 from trainer.config import RunConfig, parse_run_config
 
-from .expand import Cell, method_spec, rollout_settings
+from .expand import Cell, method_spec, model_settings, rollout_settings
 from .spec import SweepConfig, SweepError, merged
 
 TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
@@ -36,15 +36,17 @@ def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
     # once, by sweep.expand). `cell.base_method` is always registered (a grid-renamed RPG
     # cell takes the registered name of what it became, which spells divergence and form).
     method = {**method_spec(cell), "resolved": cell.method.model_dump(mode="json")}
+    cell_model, cell_optim = model_settings(cell)
     cell_part = {
         "run_id": cell.run_id,
         "label": cell.label,
         "seed": cell.seed,
         "tags": {**cell.tags, "sweep": sweep.name},
         "out_dir": str(run_dir(sweep, cell.run_id).root),
-        "model": model,
+        "model": {**model, **cell_model},
         "method": method,
         "rollout": rollout_settings(cell),
+        **({"optim": cell_optim} if cell_optim else {}),
         "checkpoint": {"eval_steps": list(sweep.eval.steps)},
         "tracking": {
             "mlflow_uri": sweep.mlflow_uri if sweep.mlflow.enabled else None,

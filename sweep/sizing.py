@@ -58,6 +58,7 @@ ARCHS = {
     "Qwen/Qwen3-0.6B": Arch(0.60e9, 28, 1024, 3072, 8, 128, 16, 151_936),
     "Qwen/Qwen3-1.7B": Arch(1.72e9, 28, 2048, 6144, 8, 128, 16, 151_936),
     "Qwen/Qwen3-4B": Arch(4.02e9, 36, 2560, 9728, 8, 128, 32, 151_936),
+    "Qwen/Qwen3-8B": Arch(8.19e9, 36, 4096, 12288, 8, 128, 32, 151_936),
     "Qwen/Qwen2.5-7B": Arch(7.62e9, 28, 3584, 18944, 4, 128, 28, 152_064),
     "Qwen/Qwen2.5-7B-Instruct": Arch(7.62e9, 28, 3584, 18944, 4, 128, 28, 152_064),
 }
@@ -100,12 +101,29 @@ def _arch(path: str) -> Arch:
     return ARCHS[path]
 
 
+def lora_params(arch: Arch, rank: int) -> float:
+    """Adapter parameters of LoRA on every linear layer of the decoder (q, k, v, o, gate,
+    up, down; the LM head excluded): rank x (fan-in + fan-out) per layer."""
+    q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
+    h, i = arch.hidden, arch.intermediate
+    per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+    return arch.layers * rank * per_layer
+
+
 def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
              mean_response: float = MEAN_RESPONSE) -> dict[str, float]:
-    """Per-GPU GiB of each memory term, and seconds per RL step (rollout, update)."""
+    """Per-GPU GiB of each memory term, and seconds per RL step (rollout, update).
+
+    With `model.lora`: the base weights are frozen in `model.dtype` (bf16: 2 bytes each),
+    only the adapters (float32) have gradients and AdamW moments, no reference copy is held
+    (the reference is the policy with its adapters off or swapped: trainer.reference), and
+    the update's backward skips the frozen weights' gradients (2 forwards' work, not 3)."""
     arch = _arch(base["model"]["path"])
     rollout, optim = base.get("rollout", {}), base.get("optim", {})
     p, n_gpu = arch.params, max(gpus, 1)
+    lora = base["model"].get("lora")
+    trained = lora_params(arch, lora.get("rank", 8)) if lora else p
+    weight_bytes = 2 if lora and base["model"].get("dtype") in ("bfloat16", "float16") else 4
     tokens_mb = optim.get("max_tokens_per_micro_batch") or 8192
     layer_act = 2 * (10 * arch.hidden + 4 * arch.intermediate)  # bytes per token, bf16
     ckpt = base["model"].get("gradient_checkpointing", False)
@@ -114,9 +132,10 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     act = {True: tokens_mb * (arch.layers * arch.hidden * 2 + layer_act) + head,
            False: tokens_mb * arch.layers * layer_act + head}  # by checkpointing
     util = rollout.get("vllm_gpu_memory_utilization", 0.35)
-    memory = {"weights": 4 * p / n_gpu, "grads": 4 * p / n_gpu, "adamw": 8 * p / n_gpu,
-              "reference": 2 * p / n_gpu if keeps_reference else 0.0, "activations": act[ckpt],
-              "vllm": util * gpu.memory_gib * GiB}
+    memory = {"weights": (weight_bytes * p + (4 * trained if lora else 0)) / n_gpu,
+              "grads": 4 * trained / n_gpu, "adamw": 8 * trained / n_gpu,
+              "reference": 2 * p / n_gpu if keeps_reference and not lora else 0.0,
+              "activations": act[ckpt], "vllm": util * gpu.memory_gib * GiB}
     new_tokens = rollout.get("max_new_tokens", 8192) * mean_response
     prompts = rollout.get("gen_prompts_per_round") or rollout.get("prompts_per_step", 8)
     sequences = prompts * rollout.get("n", 8) / n_gpu  # each rank decodes its share
@@ -131,7 +150,8 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
                     * (PROMPT_TOKENS + new_tokens))
     attn_context = (PROMPT_TOKENS + new_tokens) / 2  # causal: half the sequence on average
     forward = 2 * p + 4 * arch.layers * arch.heads * arch.head_dim * attn_context  # per token
-    forwards = 1 + (1 if keeps_reference else 0) + 3  # useful work: no recompute
+    update = 2 if lora else 3  # LoRA: forward + input gradients, no frozen weight gradients
+    forwards = 1 + (1 if keeps_reference else 0) + update  # useful work: no recompute
     flops = train_tokens * (forwards * forward + 2 * arch.vocab * arch.hidden)
     update_s = flops / (n_gpu * gpu.bf16_tflops * 1e12 * MEASURED_MFU[bool(ckpt)])
     out = {k: v / GiB for k, v in memory.items()}
@@ -190,7 +210,8 @@ def checkpointing_verdict(row: dict, gpu_memory_gib: float) -> str:
 # The shipped presets (file, then overlays), for `--all` and the cluster docs' table.
 PRESETS = [("config/paper.yaml",), ("config/paper.yaml", "config/paper-4k.yaml"),
            ("config/paper.yaml", "config/paper-2k.yaml"),
-           ("config/paper.yaml", "config/paper-qwen25-7b.yaml"), ("config/single-gpu.yaml",)]
+           ("config/paper.yaml", "config/paper-qwen25-7b.yaml"), ("config/single-gpu.yaml",),
+           ("config/single-gpu-lora.yaml",)]
 
 
 def preset_row(paths, gpu: Gpu, mean_response: float = MEAN_RESPONSE) -> tuple[str, dict]:

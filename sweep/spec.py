@@ -66,6 +66,17 @@ class ReferenceAxis(Strict):
         return v
 
 
+class LoraAxis(Strict):
+    """One LoRA setting of the grid (the run config's `model.lora`; a `null` entry of the
+    axis is full fine-tuning). Unset fields keep trainer.config.LoraSettings' defaults. `lr`
+    sets that cell's optim.lr: explicit in the sweep file, never implied by LoRA (the LoRA
+    study's best RL learning rate was ~10x full fine-tuning's)."""
+
+    rank: int = Field(ge=1, description="adapter rank")
+    alpha: float | None = Field(None, gt=0, description="LoRA alpha (null: the default)")
+    lr: float | None = Field(None, gt=0, description="this cell's optim.lr (null: the base's)")
+
+
 class Axes(Strict):
     """Grid axes applied on top of every named method (product of all given lists).
 
@@ -89,6 +100,8 @@ class Axes(Strict):
     staleness: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, description="rollout.staleness values (trainer.staleness: the sampler k weight "
         "pushes behind), any method; one process per train job")
+    lora: list[LoraAxis | None] | None = Field(
+        None, description="model.lora settings (null = full fine-tuning), any method")
 
     def given(self) -> dict[str, list]:
         """Axis name -> values, for the axes the sweep sets."""

@@ -345,16 +345,9 @@ def snapshot_results(folder: Path, link: str, scorer: str | None = None) -> str:
     meta = snapshot_meta(folder)
     run = SweepDir(folder)
     table_path = run.tables / f"{table_stem(scorer)}.md"
-    for path in (table_path, run.report):
-        if not path.is_file():
-            raise SystemExit(f"{path}: missing from the snapshot; copy the sweep's tables/ "
-                             "and report.md verbatim")
+    require(table_path, run.report)
     verdict, initial = _report_part(run.report.read_text(), scorer)
-    aten = meta["aten_cpu_capability"] or "unset (the CPU's best kernels)"
-    lines = [f"Measured: `{meta['command']}` at commit `{meta['commit']}` on {meta['date']}, "
-             f"{meta['cpu']}, ATEN_CPU_CAPABILITY {aten}: **{wall_time(meta['wall_s'])}** "
-             f"wall time{_load_note(meta)}. Its table, verbatim from "
-             f"[the run's report]({link}/report.md):",
+    lines = [f"{provenance(meta)} Its table, verbatim from [the run's report]({link}/report.md):",
              "", table_path.read_text().rstrip("\n"), ""]
     if initial:
         lines += [initial]
@@ -364,12 +357,58 @@ def snapshot_results(folder: Path, link: str, scorer: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def require(*paths: Path) -> None:
+    """Every file a README block is made from is in the snapshot, or one line says which."""
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"{path}: missing from the snapshot; copy the sweep's tables/, "
+                             "plots/ and report.md verbatim")
+
+
+def provenance(meta: dict) -> str:
+    """The sentence that says where, how and how long a snapshot's sweep ran."""
+    aten = meta["aten_cpu_capability"] or "unset (the CPU's best kernels)"
+    return (f"Measured: `{meta['command']}` at commit `{meta['commit']}` on {meta['date']}, "
+            f"{meta['cpu']}, ATEN_CPU_CAPABILITY {aten}: **{wall_time(meta['wall_s'])}** "
+            f"wall time{_load_note(meta)}.")
+
+
 def gen_default_results() -> str:
     return snapshot_results(REPO / DEFAULT_SNAPSHOT, DEFAULT_SNAPSHOT)
 
 
+FRONTIER_SNAPSHOT = "docs/runs/frontier"  # README's second result: the reward-KL frontier
+
+
+def gen_frontier_results() -> str:
+    """The frontier overlay's snapshot as README shows it: provenance, the designs' plot at
+    Last and the report's computed contrasts paragraph (analysis.contrasts)."""
+    from analysis.delta import VERDICT_SCORER
+    from common.layout import SweepDir
+
+    folder = REPO / FRONTIER_SNAPSHOT
+    meta = snapshot_meta(folder)
+    run = SweepDir(folder)
+    plot = run.plots / f"frontier_designs_{VERDICT_SCORER}.png"
+    require(plot, run.report)
+    contrasts = next((line for line in run.report.read_text().splitlines()
+                      if line.startswith("**Contrasts**")), None)
+    if contrasts is None:
+        raise SystemExit(f"{run.report}: no contrasts paragraph; regenerate the report with "
+                         "`python -m analysis report`")
+    rel = plot.relative_to(REPO)
+    return "\n".join([
+        f"{provenance(meta)} Each design (method x beta, fixed reference) at its Last "
+        f"checkpoint, Toy accuracy against the KL it paid to the initial model, with 95% t "
+        f"intervals over seeds on both axes ([the run's report]({FRONTIER_SNAPSHOT}/report.md)):",
+        "", f"![reward-KL frontier: designs at Last with 95% seed intervals]({rel})", "",
+        "The report's contrasts, computed from these runs (`analysis/contrasts.py`):", "",
+        f"> {contrasts}", ""])
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "default-results": gen_default_results,
+    "frontier-results": gen_frontier_results,
     "run-config": gen_run_config,
     "loss-config": gen_loss_config,
     "sweep-config": gen_sweep_config,

@@ -103,9 +103,11 @@ def disk_full_is_one_error(partial: Path, needed: int, what: str, kept: str) -> 
 
 
 def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
-                       dtype: torch.dtype | None = None, state_dict: dict | None = None) -> Path:
+                       dtype: torch.dtype | None = None, state_dict: dict | None = None,
+                       extra=None) -> Path:
     """Save model + tokenizer in HF format atomically (temp dir, then rename).
-    `state_dict`: the weights to write instead of `model`'s (gathered from shards)."""
+    `state_dict`: the weights to write instead of `model`'s (gathered from shards, or LoRA's
+    merged ones); `extra(tmp_dir)`: writes more files into it before the rename (adapters)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")  # RunDir.checkpoint_tmp
     shutil.rmtree(tmp, ignore_errors=True)
@@ -118,6 +120,8 @@ def save_hf_checkpoint(model, tokenizer, path: Path, *, config_yaml: str,
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
         tokenizer.save_pretrained(tmp)
         (tmp / CHECKPOINT_CONFIG).write_text(config_yaml)
+        if extra is not None:
+            extra(tmp)
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)

@@ -52,6 +52,27 @@ def _summary(section: type[BaseModel]) -> str:
     return " ".join((section.__doc__ or "").split("\n\n")[0].split())
 
 
+class LoraSettings(_Section):
+    """LoRA adapters on the policy (peft): only the adapters train.
+
+    The learning rate is the user's (optim.lr), never changed here: the systematic study of
+    LoRA in RL ("LoRA Without Regret", Thinking Machines, 2025) found its best learning rate
+    about 10x full fine-tuning's, with adapters on every linear layer (the default here).
+    """
+
+    rank: int = Field(8, ge=1, description="adapter rank r (the study: even r = 1 can match "
+                      "full fine-tuning in RL early on)")
+    alpha: float = Field(32.0, gt=0, description="LoRA alpha: the update is scaled by "
+                         "alpha / rank (the study keeps alpha = 32 for every rank)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input in the "
+                           "update (the behaviour log-probs are taken without it: > 0 makes "
+                           "w != 1 on-policy)")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="the linear layers that get adapters, by name (q_proj, "
+        "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj for Llama/Qwen), or all-linear: "
+        "every linear layer of the decoder (the LM head excluded)")
+
+
 class ModelConfig(_Section):
     """The policy."""
 
@@ -83,6 +104,19 @@ class ModelConfig(_Section):
     reference_offload: bool = Field(
         False, description="keep the held reference's shards on the CPU between its forwards "
         "(FSDP2 CPUOffloadPolicy; GPU memory for PCIe traffic, once per rollout batch)")
+    lora: LoraSettings | None = Field(
+        None, description="LoRA adapters (trainer.lora; null = full fine-tuning): only they "
+        "train, a reference holds no copy, checkpoints hold the merged weights plus the "
+        "adapters (optim.lr is not changed: the LoRA study's best lr was ~10x full "
+        "fine-tuning's)")
+
+    @model_validator(mode="after")
+    def _lora_has_no_copy_to_offload(self) -> ModelConfig:
+        if self.lora is not None and self.reference_offload:
+            raise ValueError("model.reference_offload: with model.lora the reference is the "
+                             "policy itself (adapters off or swapped), there is no copy to "
+                             "offload; set reference_offload: false")
+        return self
 
 
     @field_validator("attn_implementation")

@@ -46,7 +46,7 @@ from common.files import read_yaml, write_atomic
 from common.layout import RunDir
 from common.metrics import metric_meta
 from common.prompts import build_prompt, encode_prompts
-from trainer import distributed
+from trainer import distributed, lora
 from trainer.checkpoint import (
     Preempted,
     PreemptionFlag,
@@ -329,11 +329,13 @@ class Trainer:
         # as FSDP2 shards (a full fp32 copy per GPU would peak at ~16 GB for 4B parameters).
         self.model, self.tokenizer = load_policy(cfg.model, load_device(self.world, self.device),
                                                  empty=self.world.distributed and not self.world.main)
+        # LoRA: adapters injected in place (self.model stays the HF model); self.peft saves them
+        self.peft = lora.apply_lora(self.model, cfg.model.lora) if cfg.model.lora else None
         self.problems = load_problems(cfg.task, seed=cfg.seed)
         self.sampler = PromptSampler(len(self.problems), cfg.seed)
         self._check_world_size()
         self._setup_models()
-        self.optimizer = build_optimizer(self.policy.parameters(), cfg.optim)
+        self.optimizer = build_optimizer(lora.trainable(self.policy), cfg.optim)
         self._resume()
         self.engine = make_engine(cfg.rollout, self.sampling_model, self.tokenizer,
                                   model_path=cfg.model.path, seed=cfg.seed,
@@ -367,7 +369,7 @@ class Trainer:
         schedule_name = self.method.reference
         self.ref_schedule = Reference(schedule_name, self.model,
                                       dtype=reference_dtype(m.reference_dtype, self.autocast),
-                                      empty=self.world.distributed,
+                                      empty=self.world.distributed, adapters=self.peft is not None,
                                       **ref_settings.model_dump(exclude={"schedule"}))
         k = self.cfg.rollout.staleness
         check_world(k, self.world.distributed)
@@ -378,13 +380,17 @@ class Trainer:
         setup = functools.partial(parallelize, model_cfg=m, world=self.world,
                                   device_type=self.device.type, compute_dtype=self.autocast)
         self.policy = setup(self.model, train=True)
-        self.ref_policy = (setup(self.ref_schedule.model, train=False, offload=m.reference_offload)
-                           if self.ref_schedule.held else None)
+        # the reference's log-prob module: its held copy, or (LoRA) the policy's own
+        copy = self.ref_schedule.model
+        self.ref_policy = (setup(copy, train=False, offload=m.reference_offload)
+                           if copy is not None else self.policy if self.ref_schedule.held
+                           else None)
         self.behaviour_policy = (self.policy if self.lag is None
                                  else setup(self.lag.model, train=False))
         if self.world.distributed:
+            roots = [self.policy] + ([self.ref_policy] if copy is not None else [])
             distributed.load_from_rank0(self.policy, full, self.world, self.device)
-            if self.ref_policy is not None:
+            if copy is not None:
                 distributed.load_from_rank0(self.ref_policy, full, self.world, self.device,
                                             offload=m.reference_offload)
             del full
@@ -393,7 +399,7 @@ class Trainer:
             token = [self.tokenizer.pad_token_id]
             probe = pack([token], [token], self.tokenizer.pad_token_id).to(self.device)
             with torch.no_grad():
-                for module in filter(None, (self.policy, self.ref_policy)):
+                for module in roots:
                     module(probe)
                     module.reshard()  # so parameters() below are the sharded ones
 
@@ -413,7 +419,10 @@ class Trainer:
         distributed.set_sharded_state(self.policy, templates["model"], self.optimizer,
                                       templates["optimizer"])
         if "reference" in templates:
-            distributed.set_sharded_state(self.ref_policy, templates["reference"])
+            if self.ref_schedule.lora:  # the refreshed adapters, loaded into their template
+                self.ref_schedule.adapters = templates["reference"]
+            else:
+                distributed.set_sharded_state(self.ref_policy, templates["reference"])
         if self.lag is not None:
             self.lag.load_state_dict(templates["staleness"])
         self.sampler.load_state_dict(state["sampler"])
@@ -438,7 +447,9 @@ class Trainer:
         tensors = {"model": distributed.sharded_model_state(self.policy),
                    "optimizer": distributed.sharded_optimizer_state(self.policy, self.optimizer)}
         if reference:
-            tensors["reference"] = distributed.sharded_model_state(self.ref_policy)
+            tensors["reference"] = (
+                self.ref_schedule.adapters or lora.adapter_snapshot(self.model)
+                if self.ref_schedule.lora else distributed.sharded_model_state(self.ref_policy))
         if self.lag is not None:
             tensors["staleness"] = (self.lag.state_dict() if lag_pending is None
                                     else self.lag.templates(lag_pending))
@@ -471,10 +482,14 @@ class Trainer:
     def save_checkpoint(self, path: Path, dtype: torch.dtype | None) -> Path:
         """An HF checkpoint of the policy, holding the weights evaluation should see
         (schedule-free: x, trainer.optimizers); under FSDP2 the full weights are gathered
-        first (a collective) and rank 0 writes."""
-        state = None
+        first (a collective) and rank 0 writes. LoRA: the merged weights under the plain HF
+        names (evaluation needs no peft), the adapters beside them in `adapter/`."""
+        state, extra = None, None
         with evaluation_weights(self.optimizer):
-            if self.world.distributed:
+            if self.peft is not None:  # LoRA: merged weights + the adapters (collectives)
+                state, adapters = lora.checkpoint_parts(self.model, keep=self.world.main)
+                extra = lora.adapter_writer(self.peft, adapters)
+            elif self.world.distributed:
                 prefix = "model."  # PolicyLogProbs wraps the HF model as `model`
                 state = {k.removeprefix(prefix): v
                          for k, v in distributed.model_state(self.policy).items()}
@@ -482,7 +497,8 @@ class Trainer:
                 if self.cfg.debug.signal_in_checkpoint == self.global_step:
                     os.kill(os.getpid(), signal.SIGTERM)  # the drill: a signal mid-save
                 save_hf_checkpoint(self.model, self.tokenizer, path,
-                                   config_yaml=self.config_yaml, dtype=dtype, state_dict=state)
+                                   config_yaml=self.config_yaml, dtype=dtype, state_dict=state,
+                                   extra=extra)
         return path
 
     def save(self, *, force_state: bool = False) -> float | None:
@@ -820,8 +836,10 @@ class Trainer:
         # -- behaviour and reference log-probs (no grad; behaviour: the sampling weights)
         t1 = time.perf_counter()
         old_logp, entropy = self.logprobs_no_grad(self.behaviour_policy, batch, with_entropy=True)
-        ref_logp = (self.logprobs_no_grad(self.ref_policy, batch, False)[0]
-                    if self.ref_schedule.held else None)
+        ref_logp = None
+        if self.ref_schedule.held:
+            with self.ref_schedule.applied(self.model):  # LoRA: the policy as the reference
+                ref_logp = self.logprobs_no_grad(self.ref_policy, batch, False)[0]
         t_logprob = time.perf_counter() - t1
         mask = batch.response_mask
         # -- the sampler's log-probs mu (the engine's; pi_old itself with the hf engine)

@@ -187,6 +187,39 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+def merged_lora_weight(weight: torch.Tensor, layer) -> torch.Tensor:
+    """W + scaling * B @ A over a LoRA layer's active adapters (peft's naming: `lora_A`,
+    `lora_B` ModuleDicts, `scaling`, `active_adapters`), out of place, in W's dtype; each
+    adapter gathered whole (`full_tensor`), so under FSDP2 it is a collective too."""
+    dtype = torch.promote_types(weight.dtype, torch.float32)  # bf16 up; float64 kept
+    merged = weight.to(dtype)
+    for name in layer.active_adapters:
+        if name in layer.lora_A:
+            a, b = full_tensor(layer.lora_A[name].weight), full_tensor(layer.lora_B[name].weight)
+            merged = merged + layer.scaling[name] * (b.to(dtype) @ a.to(dtype))
+    return merged.to(weight.dtype)
+
+
+def model_weights(model) -> Weights:
+    """(HF name, whole tensor) of every weight of `model` as a plain checkpoint names it, one
+    at a time: a LoRA layer (peft's `X.base_layer.weight` plus `X.lora_A/B.<adapter>`) gives
+    `X.weight` with its adapters merged in (`merged_lora_weight`), and the adapters
+    themselves are not given. Without LoRA: the state dict as it is. Under FSDP2 each tensor
+    is gathered here (every rank walks the same names in the same order)."""
+    layers = {name: m for name, m in model.named_modules()
+              if hasattr(m, "base_layer") and hasattr(m, "lora_A") and hasattr(m, "scaling")}
+    for name, t in model.state_dict().items():
+        if ".lora_" in name:
+            continue
+        prefix, sep, leaf = name.rpartition(".base_layer.")
+        if not sep:
+            yield name, full_tensor(t)
+        elif leaf == "weight" and prefix in layers:
+            yield f"{prefix}.{leaf}", merged_lora_weight(full_tensor(t), layers[prefix])
+        else:  # a base layer's bias: unchanged by LoRA
+            yield f"{prefix}.{leaf}", full_tensor(t)
+
+
 def forward_dtype(model, compute_dtype: torch.dtype | None, override: str | None = None) -> str:
     """The engine's dtype option: `override` (`rollout.vllm_dtype`) when given, else the
     training model's forward dtype: the autocast dtype, else the weights' own ("float32",
@@ -239,8 +272,8 @@ class Engine(ABC):
 
     def sync_weights(self, model) -> None:
         """Push a training model's current weights (every state-dict entry, gathered one
-        tensor at a time under FSDP2)."""
-        self.load_weights((name, full_tensor(t)) for name, t in model.state_dict().items())
+        tensor at a time under FSDP2; LoRA adapters merged in: `model_weights`)."""
+        self.load_weights(model_weights(model))
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Swap in the weights of another checkpoint of the same architecture."""

@@ -52,6 +52,8 @@ def record_first_gradients(trainer: Trainer) -> dict[str, torch.Tensor]:
     def recording_step(*args, **kwargs):
         if not grads:
             for name, p in trainer.policy.named_parameters():
+                if p.grad is None:  # frozen (LoRA's base weights)
+                    continue
                 g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
                 grads[name.removeprefix("module.")] = g.detach().cpu().clone()
         return step(*args, **kwargs)

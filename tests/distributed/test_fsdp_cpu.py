@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from trainer.checkpoint import PREEMPTED_EXIT_CODE
@@ -51,17 +52,19 @@ def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("shared", [False, True], ids=["padded", "share_prompt"])
-def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path, shared):
+@pytest.mark.parametrize("case", ["padded", "share_prompt", "lora"])
+def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path, case):
     """Same global batch, 2 mini-batch updates (the second off-policy), a token budget:
     old log-probs, loss metrics, the first mini-batch's gradients (before the optimizer)
     and the updated weights agree in float32. The script runs Adam with eps = 1, whose step
     is Lipschitz in the gradient, so float32 reduction noise in a gradient stays noise in
     the weights on any CPU kernel (AVX2, AVX-512, ATEN_CPU_CAPABILITY=default). With
     optim.share_prompt and whole groups (the default's settings) the backbone runs twice per
-    FSDP2 forward (prompts, then responses on their cache): still the same update."""
-    extra = {"share_prompt": True, "whole_groups": True} if shared else {}
-    cfg = write_config(tmp_path, "eq", model_path=tiny_dir,
+    FSDP2 forward (prompts, then responses on their cache): still the same update. With
+    model.lora the adapters are sharded with their layers and only they train."""
+    extra = {"share_prompt": True, "whole_groups": True} if case == "share_prompt" else {}
+    model = {"lora": {"rank": 2}} if case == "lora" else {}
+    cfg = write_config(tmp_path, "eq", model_path=tiny_dir, model=model,
                        optim={"max_tokens_per_micro_batch": 40, "micro_batch_size": 3,
                               "lr": 0.05, **extra})
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
@@ -82,6 +85,13 @@ def test_world_size_2_update_equals_world_size_1(tiny_dir, tmp_path, shared):
         torch.testing.assert_close(b["weights"][k], w, rtol=1e-5, atol=1e-6, msg=k)
     # the update really moved the weights (the comparison is not of two untouched models)
     start = AutoModelForCausalLM.from_pretrained(tiny_dir).state_dict()
+    if case == "lora":  # only the adapters: B left 0, the base weights did not move
+        assert all(".lora_" in k for k in a["grads"])
+        assert max(float(w.abs().max()) for k, w in a["weights"].items() if ".lora_B." in k) > 1e-3
+        for k, v in start.items():  # every Llama linear is an *_proj, now with a base layer
+            assert torch.equal(a["weights"]["model." + k.replace("_proj.", "_proj.base_layer.")],
+                               v), k
+        return
     moved = max(float((a["weights"]["model." + k] - v).abs().max()) for k, v in start.items())
     assert moved > 1e-3
 
@@ -158,6 +168,28 @@ def test_the_launcher_reads_a_peer_stopped_after_a_preemption_as_preempted():
     assert preempted({75, -signal.SIGKILL, -signal.SIGTERM})
     assert not preempted({-signal.SIGTERM})  # nobody saved
     assert not preempted({75, 1}) and not preempted({1})  # a rank failed otherwise
+
+
+def test_a_resumed_lora_run_equals_an_uninterrupted_one_at_world_size_2(tiny_dir, tmp_path):
+    """The sharded resume state holds the adapters (sharded with their layers), their AdamW
+    state and, under every_k, the refreshed reference's adapters: cut at step 2 and resumed,
+    the run logs what the uninterrupted one logs and ends with the same weights."""
+    sections = dict(model_path=tiny_dir, model={"lora": {"rank": 2}},
+                    method={"name": "GRPO", "reference": {"schedule": "every_k", "k": 1}},
+                    optim={"steps": 4, "lr": 0.05}, checkpoint={"eval_steps": [4]})
+    for name, debug in (("whole", {}), ("cut", {"stop_after_steps": 2}), ("cut", {})):
+        cfg = write_config(tmp_path, name, **sections, debug=debug)  # cut, then resumed
+        proc = run([*TORCHRUN, "-m", "trainer", "--config", str(cfg)])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if debug:
+            assert len(metrics(tmp_path / "runs" / name)) == 2
+    timing = ("time_", "tokens_per_sec")
+    rows = {name: [{k: v for k, v in r.items() if not k.startswith(timing)}
+                   for r in metrics(tmp_path / "runs" / name)] for name in ("whole", "cut")}
+    assert rows["cut"] == rows["whole"] and rows["whole"][-1]["ref_updates"] == 4
+    a, b = (load_file(tmp_path / "runs" / n / "checkpoints" / "step_4" / "model.safetensors")
+            for n in ("whole", "cut"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_failing_rank_ends_the_job_promptly_with_its_error(tiny_dir, tmp_path):

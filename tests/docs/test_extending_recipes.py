@@ -180,6 +180,7 @@ AXIS_EXAMPLES = {
     "reference": {"schedule": "every_k", "k": 5},
     "correction": "token_tis",
     "staleness": 1,
+    "lora": {"rank": 8, "lr": 1e-3},
 }
 # Axes whose example needs another axis to make a valid loss (sequence ratios are unclipped).
 COMPANIONS = {"ratio_level": {"clip": [None]}}
@@ -204,7 +205,7 @@ def test_every_sweep_axis_has_an_example():
 def test_a_sweep_axis_reaches_the_run_config(axis):
     """The sweep file accepts the axis, some method applies it, the run id spells it, and the
     trainer's run config carries it (loss axes in `method`, the reference schedule in
-    `method.reference`, staleness in `rollout`)."""
+    `method.reference`, staleness in `rollout`, lora in `model`)."""
     value = AXIS_EXAMPLES[axis]
     schema = json.loads((Path(__file__).resolve().parents[2]
                          / "workflow/schemas/sweep.schema.json").read_text())
@@ -226,6 +227,8 @@ def test_a_sweep_axis_reaches_the_run_config(axis):
             assert cfg.rollout.correction.mode == value
         elif axis == "staleness":  # a rollout setting, not the method's
             assert cfg.rollout.staleness == value
+        elif axis == "lora":  # a model setting (and the lr it names)
+            assert (cfg.model.lora.rank, cfg.optim.lr) == (value["rank"], value["lr"])
         elif axis == "reference":
             assert resolved.reference == value["schedule"]
         elif axis == "clip":

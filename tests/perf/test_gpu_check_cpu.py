@@ -24,9 +24,11 @@ def test_cpu_tiny_mode_runs_every_stage_and_prints_one_table(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     by_stage = {s: [r for r in rows if r["stage"] == s] for s in "abcd"}
     assert "Toy Mean@4" in by_stage["a"][0]["note"]
-    assert "rollout" in by_stage["b"][0]["note"] and by_stage["b"][0]["seconds"] > 0
+    assert len(by_stage["b"]) == 2 and "LoRA" in by_stage["b"][1]["check"]
+    assert all("rollout" in r["note"] and r["seconds"] > 0 for r in by_stage["b"])
     updates = by_stage["c"]
-    assert len(updates) == 8  # every uncompiled variant (compiling is minutes on a CPU)
+    assert len(updates) == 10  # every uncompiled variant (compiling is minutes on a CPU)
+    assert sum("LoRA" in r["check"] for r in updates) == 2
     assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in updates)  # no CPU peak
     losses = [float(r["note"].split()[1].rstrip(";")) for r in updates]
     assert max(losses) - min(losses) < 1e-2 * abs(losses[0])  # one batch, bf16 noise apart

@@ -17,7 +17,7 @@ from trainer.config import parse_run_config
 from trainer.parallelize import check_attention
 
 REPO = Path(__file__).resolve().parents[2]
-PRESETS = ["paper.yaml", "single-gpu.yaml"]
+PRESETS = ["paper.yaml", "single-gpu.yaml", "single-gpu-lora.yaml"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)

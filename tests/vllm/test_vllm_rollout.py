@@ -25,13 +25,17 @@ GAP_BOUND = {"rollout_logprob_gap_mean": 1e-5, "rollout_logprob_gap_max": 1e-4}
 UNTIMED_SKIP = {"time_rollout", "time_logprob", "time_update", "time_step", "tokens_per_sec"}
 
 
-def _config(tmp_path: Path, model: Path, run_id: str, **debug) -> Path:
+def _config(tmp_path: Path, model: Path, run_id: str, lora: dict | None = None,
+            steps: int = 4, lr: float = 1e-3, dynamic_sampling: bool | None = None,
+            **debug) -> Path:
     cfg = parse_run_config({
         "run_id": run_id, "out_dir": str(tmp_path / run_id), "seed": 0,
-        "model": {"path": str(model), "device": "cpu"},
+        "model": {"path": str(model), "device": "cpu", "lora": lora},
         "rollout": {"engine": "vllm", "n": 8, "prompts_per_step": 8, "max_new_tokens": 24,
-                    "overlong_buffer": 4, "temperature": 0.8},
-        "optim": {"steps": 4, "lr": 1e-3, "epochs": 2, "mini_batch_size": 32},
+                    "overlong_buffer": 4, "temperature": 0.8,
+                    "dynamic_sampling": dynamic_sampling},
+        "optim": {"steps": steps, "lr": lr, "epochs": 2, "mini_batch_size": 32},
+        "checkpoint": {"eval_steps": [steps]},
         "tracking": {"mlflow_uri": None, "progress": False},
         "debug": debug,
     }, f"test:{run_id}")
@@ -69,6 +73,31 @@ def test_vllm_engine_trains_resumes_and_matches_the_trainer(vllm_tiny, tmp_path)
         return [{k: v for k, v in r.items() if k not in UNTIMED_SKIP} for r in rows]
 
     assert untimed(rows_cut) == untimed(rows_full)
+
+
+def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path):
+    """model.lora: the engine is pushed W + scaling * B A under the plain names every step,
+    so vLLM's log-probs equal the adapted trainer's (float32, < 1e-4) while the adapters
+    move the model far from its base (a sampler left on the base would be ~1e-1 off)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer.logprobs import pack, response_logprobs
+
+    # every batch kept (no dynamic sampling), so the gap is measured after every push
+    run_cli("trainer", "--config", str(_config(tmp_path, vllm_tiny, "lora", lora={"rank": 4},
+                                               steps=3, lr=1e-2, dynamic_sampling=False)))
+    rows = _metrics(tmp_path / "lora")
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(r["grad_norm"] > 0 for r in rows)
+    for row in rows:
+        for key, bound in GAP_BOUND.items():
+            assert 0 <= row[key] < bound, (row["step"], key, row[key])
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora" / "checkpoints" / "step_3")
+    base = AutoModelForCausalLM.from_pretrained(vllm_tiny)
+    batch = pack([[5, 6, 7, 8]] * 2, [[9, 10, 11], [12, 13]], 0)
+    with torch.no_grad():
+        moved = (response_logprobs(merged, batch)[0] - response_logprobs(base, batch)[0]).abs()
+    assert moved.max() > 1e-2, float(moved.max())
 
 
 def test_weight_push_stays_in_process_and_reaches_the_sampler(vllm_engine_probe):

@@ -96,3 +96,21 @@ def test_committed_json_schema_is_generated_from_the_model():
 
     committed = Path(__file__).resolve().parents[2] / "workflow/schemas/sweep.schema.json"
     assert json.loads(committed.read_text()) == schema()
+
+
+def test_lora_axis_sets_model_lora_and_only_the_lr_it_names():
+    """null is full fine-tuning; a LoRA value writes model.lora and, when it names one,
+    that cell's optim.lr (never otherwise): the cells are distinct runs of one method."""
+    from sweep.runconfig import run_config
+
+    spec = sweep(methods=["GRPO"], axes={"lora": [None, {"rank": 4}, {"rank": 1, "lr": 1e-3}]},
+                 base={"model": {"path": "tiny"}, "optim": {"lr": 1e-4}})
+    cells, notes = expand(spec)
+    assert [c.run_id for c in cells] == ["grpo_full_s0", "grpo_lora-r4_s0",
+                                         "grpo_lora-r1-lr1e-3_s0"] and notes == []
+    cfgs = [run_config(spec, c) for c in cells]
+    assert [c["model"]["lora"] and c["model"]["lora"]["rank"] for c in cfgs] == [None, 4, 1]
+    assert [c["optim"]["lr"] for c in cfgs] == [1e-4, 1e-4, 1e-3]
+    assert cells[2].tags["lora"] == "lora-r1-lr1e-3" and cells[0].tags["lora"] == "full"
+    with pytest.raises(SweepError, match=r"axes.lora.0.rank"):
+        sweep(methods=["GRPO"], axes={"lora": [{"rank": 0}]})

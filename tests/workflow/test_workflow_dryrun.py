@@ -36,6 +36,7 @@ SHIPPED = dict([
     (("config/default.yaml",), jobs(18, eval_in_train=True)),
     (("config/paper.yaml",), jobs(6, tiny=False)),
     (("config/single-gpu.yaml",), jobs(6, tiny=False)),
+    (("config/single-gpu-lora.yaml",), jobs(6, tiny=False)),
     (("config/paper.yaml", "config/paper-4k.yaml"), jobs(8, tiny=False)),
     (("config/paper.yaml", "config/paper-2k.yaml"), jobs(6, tiny=False)),
     (("config/paper.yaml", "config/paper-qwen25-7b.yaml"), jobs(12, tiny=False)),
@@ -53,6 +54,7 @@ SHIPPED = dict([
     overlay("schedule-free", 6),
     overlay("mismatch", 108),
     overlay("staleness", 54),
+    overlay("lora", 72),
     overlay("axes-grid", 144),
 ])
 
