@@ -370,7 +370,7 @@ def provenance(meta: dict) -> str:
     aten = meta["aten_cpu_capability"] or "unset (the CPU's best kernels)"
     return (f"Measured: `{meta['command']}` at commit `{meta['commit']}` on {meta['date']}, "
             f"{meta['cpu']}, ATEN_CPU_CAPABILITY {aten}: **{wall_time(meta['wall_s'])}** "
-            f"wall time{_load_note(meta)}.")
+            f"wall time{_load_note(meta)}." + (f" {meta['note']}" if meta.get("note") else ""))
 
 
 def gen_default_results() -> str:
