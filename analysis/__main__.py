@@ -112,7 +112,7 @@ COMMANDS = {
     "figures": "the paper's Figures 2/3 (analysis.figures)",
     "power": "variance components, detectable difference, design for --delta",
     "within": "Δ of each overlay cell vs the same method at an axis's reference level",
-    "contrasts": "GRPO vs GRPO-ISKL, staleK vs stale0: accuracy and KL Δ, detectable sizes",
+    "contrasts": "GRPO vs GRPO-ISKL, staleK vs stale0, LoRA vs full: accuracy and KL Δ, detectable sizes",
 }
 
 

@@ -7,7 +7,8 @@ accuracy, and in KL to the initial model, and what could this design have detect
 The contrasts (pairs of grid cells, found from the sweep's labels "M [tokens]"):
 - the importance weight on GRPO's k3 KL term (paper Sec. 2.2): "GRPO [t]" against
   "GRPO-ISKL [t]", at each beta of the frontier overlay;
-- stale rollouts (trainer.staleness): "M [staleK]" against "M [stale0]", K > 0.
+- stale rollouts (trainer.staleness): "M [staleK]" against "M [stale0]", K > 0;
+- LoRA (model.lora, the `lora` axis): "M [lora-...]" against "M [full]", full fine-tuning.
 
 Per pair, at Last (each run's final evaluated step), on one benchmark:
 - accuracy Δ (cell - partner): analysis.delta's paired bootstrap over (problem, seed); the
@@ -45,9 +46,10 @@ from common.layout import SweepDir
 # (the cell's method, its partner's method): the paper's corrected KL term against GRPO's
 METHOD_PAIRS = {"GRPO": "GRPO-ISKL"}
 # an axis token whose level every other level of the axis is compared with, and its stem
-AXIS_REFERENCES = {"stale": "stale0"}
+AXIS_REFERENCES = {"stale": "stale0", "lora": "full"}
 CONTRAST_NAMES = {"method": "importance weight on GRPO's k3 term (GRPO vs GRPO-ISKL)",
-                  "stale": "stale rollouts (k steps behind vs on-policy)"}
+                  "stale": "stale rollouts (k steps behind vs on-policy)",
+                  "lora": "LoRA adapters vs full fine-tuning"}
 SEED_CAP = 1000  # search limit of the seeds a target needs
 DEFAULT_BENCHMARK = "toy"
 
@@ -61,7 +63,8 @@ class Pair:
 
 def pairs(labels) -> list[Pair]:
     """Every contrast the labels hold, in label order: a GRPO cell with its GRPO-ISKL twin
-    (same bracketed tokens), a staleK cell with its stale0 twin (same method and tokens)."""
+    (same bracketed tokens), a staleK cell with its stale0 twin and a lora-... cell with its
+    full twin (same method and other tokens)."""
     present = set(labels)
     out = []
     for label in sorted(present):
@@ -245,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if rows.empty:
-        print("no contrast in this sweep (GRPO with GRPO-ISKL, or a staleness axis)")
+        print("no contrast in this sweep (GRPO with GRPO-ISKL, a staleness or a lora axis)")
         return 0
     print(markdown(rows), end="")
     if args.delta is not None or args.kl_delta is not None:

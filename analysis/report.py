@@ -256,7 +256,7 @@ def _verdict_scorer(tables: dict[str, pd.DataFrame], wanted: str) -> str | None:
 
 def contrasts_section(rows: pd.DataFrame | None) -> list[str]:
     """The overlay's contrasts (analysis.contrasts): their paragraph, then their table; []
-    for a sweep without any (no GRPO/GRPO-ISKL pair, no staleness axis)."""
+    for a sweep without any (no GRPO/GRPO-ISKL pair, no staleness or lora axis)."""
     if rows is None or rows.empty:
         return []
     return [contrast_paragraph(rows), "", "## Contrasts", "",

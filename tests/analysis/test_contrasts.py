@@ -38,14 +38,16 @@ def _write(root, cells):
 
 
 def test_pairs_come_from_the_labels():
-    labels = [*FRONTIER, "DAPO [stale0]", "DAPO [stale2]", "DAPO [stale1]", "GRPO [stale1]"]
+    labels = [*FRONTIER, "DAPO [stale0]", "DAPO [stale2]", "DAPO [stale1]", "GRPO [stale1]",
+              "DAPO [full]", "DAPO [lora-r1-lr1e-3]", "GRPO [lora-r8-lr1e-3]"]
     got = {(p.contrast, p.label, p.partner) for p in pairs(labels)}
     assert got == {
         ("method", "GRPO [beta1 ref-fixed]", "GRPO-ISKL [beta1 ref-fixed]"),
         ("method", "GRPO [beta0.1 ref-fixed]", "GRPO-ISKL [beta0.1 ref-fixed]"),
         ("stale", "DAPO [stale1]", "DAPO [stale0]"),
         ("stale", "DAPO [stale2]", "DAPO [stale0]"),
-    }  # GRPO [stale1] has no GRPO [stale0]; RPG-URKL has no twin
+        ("lora", "DAPO [lora-r1-lr1e-3]", "DAPO [full]"),
+    }  # GRPO [stale1] has no GRPO [stale0], GRPO [lora-...] no GRPO [full]; RPG-URKL no twin
     assert pairs(["DAPO", "GRPO"]) == []
 
 
