@@ -16,6 +16,7 @@ metadata classes and refuses anything else before it can run code.
 
 from __future__ import annotations
 
+import enum
 import pickle
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,20 @@ class UnsafeMetadataError(pickle.UnpicklingError):
     """A `.metadata` file that names something other than DCP's metadata classes."""
 
 
+def _enum_member(cls: Any, name: str) -> enum.Enum:
+    """What `getattr` may do in metadata: name a member of an allowed Enum. Some Python 3.11
+    releases (Debian bookworm's 3.11.2; 3.11.7 pickles by value) pickle enum members, DCP's
+    `_MEM_FORMAT_ENCODING` among them, as `getattr(cls, name)`; a plain getattr would hand
+    out any attribute (`Path.write_text` ...), so only members pass."""
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and name in cls.__members__:
+        return cls[name]
+    raise UnsafeMetadataError(f"Unsupported global: GLOBAL builtins.getattr({cls!r}, {name!r})")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         allowed = (module.startswith(_METADATA_MODULES)
                    or (module == "torch" and (name in _TORCH_NAMES
                                               or isinstance(getattr(torch, name, None),
