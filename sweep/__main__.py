@@ -68,4 +68,7 @@ def _sync(args) -> int:
 
 
 if __name__ == "__main__":
+    from common.console import line_buffered_stdout
+
+    line_buffered_stdout()  # its log shows each line when printed
     raise SystemExit(main())

@@ -165,4 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common.console import line_buffered_stdout
+
+    line_buffered_stdout()  # its log shows each line when printed
     sys.exit(main())

@@ -147,6 +147,30 @@ def test_sigterm_saves_state_and_exits_75_then_resumes(make_cfg, tmp_path):
     assert [r["step"] for r in metrics(out)] == list(range(1, done + 3))
 
 
+def test_a_log_file_shows_the_resume_line_while_the_job_runs(make_cfg, tmp_path):
+    """A job's stdout is a file (`> log` under Snakemake and SLURM), and the environment has
+    no PYTHONUNBUFFERED: the resume line must still be in the log while the trainer runs,
+    not only once it exits (a SLURM drill waits for exactly this line)."""
+    train(make_cfg("live", debug={"stop_after_steps": 1}))
+    cfg = make_cfg("live", optim={"steps": 400}, debug={"sleep_per_step_s": 1.0})
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    log = tmp_path / "train.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "trainer", "--config", str(path)],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "[trainer] resuming" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no resume line in the log after 120 s"
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the trainer exited ({proc.returncode}):\n{log.read_text()}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
 def test_nonfinite_updates_are_skipped_then_stop_the_run(make_cfg):
     out = train(make_cfg("nan1", debug={"nonfinite_steps": [2]}))
     rows = metrics(out)
