@@ -97,8 +97,10 @@ def _minutes(elapsed: str) -> int:
 def test_requeue_scancel_killed_evaluation_and_the_users_rerun(slurm, model, time_limit_run,
                                                                tmp_path):
     steps = 12
+    # At least 1 s a step, however fast the machine: the drills below act between steps and
+    # must find steps still to go (a fresh machine ran the 10 resumed steps in 6 s).
     config = micro_sweep(tmp_path, "drills", model=model, steps=steps, train_gpus=1,
-                         eval_limit=32)
+                         eval_limit=32, step_seconds=1.0)
     wf = Workflow(slurm, tmp_path, config, profile_overlay(tmp_path / "profile"))
     run_dir = wf.run_dir(RUN)
     # A run that does not retry, so that the cancelled job stays failed until the user reruns.
