@@ -23,16 +23,19 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from common import toy
 from common.prompts import build_prompt, render
 from trainer.runtime import tune_cpu_runtime
+
+if TYPE_CHECKING:  # imported where used: the sweep reads TinyConfig without loading a model
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|pad|>", "<|eos|>", "<|user|>", "<|assistant|>"]
 # Two roles, one newline after each header; the assistant turn ends with EOS. Kept minimal so
@@ -71,6 +74,8 @@ class TinyConfig(BaseModel):
 
 def build_tokenizer(cfg: TinyConfig) -> PreTrainedTokenizerFast:
     """Byte-level BPE trained on the template and task text; digits stay single tokens."""
+    from transformers import PreTrainedTokenizerFast
+
     corpus = []
     for p in toy.problems("train", 400, seed=cfg.seed) + toy.problems("test", 100, seed=cfg.seed):
         for template in ("dapo", "boxed"):
@@ -101,6 +106,8 @@ def build_tokenizer(cfg: TinyConfig) -> PreTrainedTokenizerFast:
 
 def build_model(cfg: TinyConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
     """A randomly initialised small Llama sized to `tokenizer` (seeded by `cfg.seed`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,

@@ -11,7 +11,10 @@ the samples are the same (tests/eval/test_generation_hf.py compares them with `g
 Only temperature and top_p shape the distribution; the checkpoint's generation_config.json
 is never read (`sampling_generation_config` and `checkpoint_defaults_ignored` are what a
 caller of `model.generate` needs for the same). docs/performance.md "Speed on CPU" has the
-measurements.
+measurements. transformers is imported where it is used: this module registers the engine,
+and the registry is read where no model runs (the Snakefile's DAG, a run config's check),
+which then does not pay transformers' ~4 s import.
+
 Legend: B rows per generate call, U distinct prompts among them, L prompt length (padded),
 T new tokens, V vocabulary.
 """
@@ -21,15 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache, GenerationConfig
-from transformers.generation.logits_process import (
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopPLogitsWarper,
-)
 
 from common.generation.base import (
     Engine,
@@ -41,6 +39,9 @@ from common.generation.base import (
     register_engine,
 )
 from common.prompts import adds_special_tokens
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, LogitsProcessorList
 
 
 def eos_ids(model, tokenizer) -> set[int]:
@@ -63,6 +64,8 @@ def sampling_generation_config(
     Unset (None) fields would be filled from the checkpoint's generation_config.json and then
     from transformers' defaults (top_k=50): use it under `checkpoint_defaults_ignored`.
     """
+    from transformers import GenerationConfig
+
     ends = eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ends)
     common = {"max_new_tokens": max_new_tokens, "eos_token_id": sorted(ends),
@@ -80,6 +83,8 @@ def checkpoint_defaults_ignored(model) -> Iterator[None]:
     ...) from `generate` for the duration; the sampling settings come only from
     `sampling_generation_config`. transformers merges `model.generation_config` into any
     unset field of the config passed in, so passing a config alone is not enough."""
+    from transformers import GenerationConfig
+
     saved = model.generation_config
     model.generation_config = GenerationConfig()
     try:
@@ -176,6 +181,12 @@ def sampling_warpers(temperature: float, top_p: float) -> LogitsProcessorList:
     """The logits warpers `generate` builds for `sampling_generation_config`'s settings, in its
     order (transformers `_get_logits_processor`: temperature unless 1, top_p unless 1; top_k
     is 0, i.e. off); none for greedy."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopPLogitsWarper,
+    )
+
     warpers = LogitsProcessorList()
     if temperature == 0:
         return warpers
@@ -201,6 +212,8 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies:
     """
     expand = torch.repeat_interleave(torch.arange(len(copies), device=copies.device),
                                      copies)  # (B,) row -> its prompt
+    from transformers import DynamicCache
+
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     out = model(input_ids=input_ids, past_key_values=cache, attention_mask=attention_mask,
                 use_cache=True, return_dict=True)
@@ -239,6 +252,8 @@ def prefill_shared(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     row's prompt). Returns the prompts' output (U, P, ...) and the (B,)-row cache, on which
     the rows' own tokens then run: U*P prompt positions instead of B*P. The cache keeps the
     autograd graph, so gradients reach each prompt from every row that shares it."""
+    from transformers import DynamicCache
+
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 past_key_values=cache, use_cache=True)
