@@ -13,7 +13,7 @@ is never read (`sampling_generation_config` and `checkpoint_defaults_ignored` ar
 caller of `model.generate` needs for the same). docs/performance.md "Speed on CPU" has the
 measurements. transformers is imported where it is used: this module registers the engine,
 and the registry is read where no model runs (the Snakefile's DAG, a run config's check),
-which then does not pay transformers' ~4 s import.
+which then does not pay transformers' ~4.5 s import.
 
 Legend: B rows per generate call, U distinct prompts among them, L prompt length (padded),
 T new tokens, V vocabulary.
@@ -210,10 +210,10 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies:
     prompts, then the cache and last-position logits are copied to the B rows. T' is the
     step at which the last row finished. One host sync per token (the all-finished test).
     """
-    expand = torch.repeat_interleave(torch.arange(len(copies), device=copies.device),
-                                     copies)  # (B,) row -> its prompt
     from transformers import DynamicCache
 
+    expand = torch.repeat_interleave(torch.arange(len(copies), device=copies.device),
+                                     copies)  # (B,) row -> its prompt
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     out = model(input_ids=input_ids, past_key_values=cache, attention_mask=attention_mask,
                 use_cache=True, return_dict=True)

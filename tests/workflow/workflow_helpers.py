@@ -21,8 +21,11 @@ def snakemake_exe() -> str:
     return str(local) if local.exists() else shutil.which("snakemake")
 
 
-def run_snakemake(*args, cwd=REPO, timeout=600, check=True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+def run_snakemake(*args, cwd=REPO, timeout=600, check=True,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`snakemake *args` with this venv first on PATH; `env` adds variables."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           **(env or {})}
     proc = subprocess.run([snakemake_exe(), *args], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=timeout)
     if check and proc.returncode != 0:
