@@ -2,13 +2,15 @@
 
     python -m analysis report --sweep-dir results/<sweep> [--out results/<sweep>]
         [--audit-dir DIR] [--figures-dir DIR] [--paper-setting model=Qwen3-4B,context=8k]
-        [--reference CSV] [--smooth N] [--baseline DAPO] [--bootstrap-reps N]
-        [--bootstrap-seed S] [--verdict-scorer dapo] [--quiet]
+        [--reference CSV] [--smooth N] [--baseline DAPO] [--verdict-scorer dapo] [--quiet]
     python -m analysis figures ...      # the paper's Figures 2/3 (analysis.figures)
     python -m analysis power --sweep-dir results/<sweep> [--delta POINTS]   # analysis.power
     python -m analysis within --sweep-dir results/<sweep> --reference stale0  # analysis.within
     python -m analysis contrasts --sweep-dir results/<sweep> [--delta 3 --kl-delta 0.2]
         # the paper's contrasts in an overlay: accuracy and KL, separation, detectable Δ
+    python -m analysis calibrate [--sweep-dir results/<sweep>] [--run-sd 4 ...]
+        # the harness checks its own intervals on simulated studies (analysis.calibrate)
+    python -m analysis recompute docs/runs/<name>   # a snapshot's numbers from what it ships
 
 `report` is the one call the workflow's aggregate rule makes; see analysis/report.py for
 everything it writes. `figures` forwards the rest of the command line untouched.
@@ -17,10 +19,11 @@ everything it writes. `figures` forwards the rest of the command line untouched.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import warnings
 
-from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER
 
 
 def _report_parser() -> argparse.ArgumentParser:
@@ -54,18 +57,6 @@ def _report_parser() -> argparse.ArgumentParser:
         help="label every method is compared with in the Δ column and the verdict",
     )
     p.add_argument(
-        "--bootstrap-reps",
-        type=int,
-        default=DeltaOptions.reps,
-        help="resamples of the paired bootstrap of Δ",
-    )
-    p.add_argument(
-        "--bootstrap-seed",
-        type=int,
-        default=DeltaOptions.seed,
-        help="seed of the bootstrap's numpy Generator (same seed, same intervals)",
-    )
-    p.add_argument(
         "--verdict-scorer",
         default=VERDICT_SCORER,
         help="scorer whose table the verdict paragraph reads",
@@ -88,8 +79,6 @@ def _report(argv: list[str]) -> int:
             reference=args.reference,
             smooth=args.smooth,
             baseline=args.baseline,
-            bootstrap_reps=args.bootstrap_reps,
-            bootstrap_seed=args.bootstrap_seed,
             verdict_scorer=args.verdict_scorer,
         )
     except (FileNotFoundError, ValueError) as exc:
@@ -107,43 +96,38 @@ def _report(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {
-    "report": "tables, plots and report.md of a sweep",
-    "figures": "the paper's Figures 2/3 (analysis.figures)",
-    "power": "variance components, detectable difference, design for --delta",
-    "within": "Δ of each overlay cell vs the same method at an axis's reference level",
-    "contrasts": "GRPO vs GRPO-ISKL, staleK vs stale0, LoRA vs full: accuracy and KL Δ, detectable sizes",
+COMMANDS = {  # name -> (what it does, the module whose main() runs it; None: report)
+    "report": ("tables, plots and report.md of a sweep", None),
+    "figures": ("the paper's Figures 2/3 (analysis.figures)", "figures"),
+    "power": ("variance components, detectable difference, design for --delta", "power"),
+    "within": ("Δ of each overlay cell vs the same method at an axis's reference level",
+               "within"),
+    "contrasts": ("GRPO vs GRPO-ISKL, staleK vs stale0, LoRA vs full: accuracy and KL Δ, "
+                  "detectable sizes", "contrasts"),
+    "calibrate": ("simulated studies through the report's Δ interval: false separations, "
+                  "power", "calibrate"),
+    "recompute": ("a snapshot's tables from its shipped scores, compared with the published",
+                  "recompute"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m analysis {report,figures,power,within,contrasts} ...\n")
-        for name, desc in COMMANDS.items():
+        print(f"usage: python -m analysis {{{','.join(COMMANDS)}}} ...\n")
+        for name, (desc, _) in COMMANDS.items():
             print(f"  {name:9s} {desc}")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "report":
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}; choose one of {sorted(COMMANDS)}",
+              file=sys.stderr)
+        return 2
+    module = COMMANDS[command][1]
+    if module is None:
         return _report(rest)
-    if command == "power":
-        from analysis import power
-
-        return power.main(rest)
-    if command == "within":
-        from analysis import within
-
-        return within.main(rest)
-    if command == "contrasts":
-        from analysis import contrasts
-
-        return contrasts.main(rest)
-    if command == "figures":
-        from analysis import figures  # lazy: written separately, heavier imports
-
-        return figures.main(rest)
-    print(f"error: unknown command {command!r}; choose one of {sorted(COMMANDS)}", file=sys.stderr)
-    return 2
+    # lazy: each command imports only what it runs
+    return importlib.import_module(f"analysis.{module}").main(rest)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ returns just the (train_df, eval_df) pair. Damaged inputs never crash collection
 without config.yaml is skipped, a half-written last line of metrics.jsonl (a crash mid-write)
 is dropped, a malformed summary is skipped; each case emits a `CollectionWarning` naming
 the file. `problem_scores(...)` reads one evaluation's per-sample records back into
-per-problem accuracies (the unit the paired bootstrap of `analysis.stats` resamples). What a
-metric means lives in `common.metrics`.
+per-problem accuracies, and `problem_score_table(runs)` all of a sweep's (what the report's
+intervals read and a snapshot ships). What a metric means lives in `common.metrics`.
 
 Run: `python -m analysis report --sweep-dir results/<sweep> --out results/<sweep>`.
 """
@@ -246,15 +246,13 @@ def collect_runs(sweep_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return col.train, col.eval
 
 
-def problem_scores(run_dir: str | Path, step: int, benchmark: str) -> dict[str, dict[str, float]]:
-    """Per-problem Mean@n of one evaluation, {scorer: {problem_id: fraction correct}}, from
-    `run_dir/eval/step_<step>/<benchmark>.jsonl` (one record per problem x sample, written
-    by the evaluation next to its summary). {} when the file is absent or holds no records;
-    a malformed line raises ValueError naming the file and line (a half-written per-sample
+SCORE_COLUMNS = ["run_id", "step", "benchmark", "scorer", "problem_id", "correct", "samples"]
+
+
+def _record_counts(path: Path) -> dict[str, dict[str, list[int]]]:
+    """{scorer: {problem_id: [correct, samples]}} of one per-sample records file; a
+    malformed line raises ValueError naming the file and line (a half-written per-sample
     file would silently bias a paired comparison, so it is not dropped)."""
-    path = RunDir(run_dir).eval_samples(step, benchmark)
-    if not path.is_file():
-        return {}
     hits: dict[str, dict[str, list[int]]] = {}
     for number, record in enumerate(read_jsonl(path, require="problem_id"), start=1):
         try:
@@ -268,7 +266,31 @@ def problem_scores(run_dir: str | Path, step: int, benchmark: str) -> dict[str, 
                 f"{path} record {number}: not a per-sample record with problem_id and "
                 f"scorers.<name>.correct ({type(exc).__name__}: {exc}); re-run its evaluation"
             ) from exc
-    return {
-        scorer: {pid: c / n for pid, (c, n) in by_problem.items()}
-        for scorer, by_problem in hits.items()
-    }
+    return hits
+
+
+def problem_scores(run_dir: str | Path, step: int, benchmark: str) -> dict[str, dict[str, float]]:
+    """Per-problem Mean@n of one evaluation, {scorer: {problem_id: fraction correct}}, from
+    `run_dir/eval/step_<step>/<benchmark>.jsonl` (one record per problem x sample, written
+    by the evaluation next to its summary). {} when the file is absent or holds no records."""
+    path = RunDir(run_dir).eval_samples(step, benchmark)
+    if not path.is_file():
+        return {}
+    return {scorer: {pid: c / n for pid, (c, n) in by_problem.items()}
+            for scorer, by_problem in _record_counts(path).items()}
+
+
+def problem_score_table(runs: pd.DataFrame, *, progress: bool = False) -> pd.DataFrame:
+    """Every per-problem score of a sweep, one row per (run_id, step, benchmark, scorer,
+    problem_id) with `correct` of `samples` (SCORE_COLUMNS), from each run's per-sample
+    records (`runs`: collect()'s runs frame). It is what every interval of the report reads,
+    and what a snapshot ships (`SweepDir.problem_scores`) so the intervals can be recomputed
+    without the records."""
+    rows = []
+    for r in tqdm(list(runs.itertuples()), desc="per-problem scores", disable=not progress):
+        for step, step_dir in RunDir(r.run_dir).eval_steps():
+            for path in sorted(step_dir.glob("*.jsonl")):
+                for scorer, by_problem in _record_counts(path).items():
+                    rows += [(r.run_id, step, path.stem, scorer, pid, c, n)
+                             for pid, (c, n) in by_problem.items()]
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)

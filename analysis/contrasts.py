@@ -10,17 +10,18 @@ The contrasts (pairs of grid cells, found from the sweep's labels "M [tokens]"):
 - stale rollouts (trainer.staleness): "M [staleK]" against "M [stale0]", K > 0;
 - LoRA (model.lora, the `lora` axis): "M [lora-...]" against "M [full]", full fine-tuning.
 
-Per pair, at Last (each run's final evaluated step), on one benchmark:
-- accuracy Δ (cell - partner): analysis.delta's paired bootstrap over (problem, seed); the
-  smallest Δ the design detects at 95% / 80% power (analysis.power's model of the paired
-  difference: seed, problem, interaction and sampling components), and with `--delta` the
-  seeds it would take to detect that many points;
-- KL Δ (nats per response, `kl_to_initial_k1` at Last): paired by seed, the mean
-  difference and its 95% t interval over seeds (one KL per run: the seed is the unit); the
-  smallest Δ a paired t test detects at 95% / 80% power, (t_0.975 + t_0.8) sd / sqrt(S)
-  with S - 1 degrees of freedom, and with `--kl-delta` the seeds it would take.
-A difference *separates* at 95% when its interval excludes 0. One seed: no KL interval and
-no seed component (stated). analysis.verdict turns the rows into the report's sentences.
+Per pair, at Last (each run's final evaluated step), on one benchmark, both paired by seed
+with the training run as the unit:
+- accuracy Δ (cell - partner): analysis.delta's paired t over seeds of the per-seed Δ (each
+  the mean over problems); the smallest Δ the design detects at 95% / 80% power
+  (analysis.power's model: run-to-run, interaction and sampling components), and with
+  `--delta` the seeds it would take to detect that many points;
+- KL Δ (nats per response, `kl_to_initial_k1` at Last): one KL per run, so the paired t over
+  the per-seed differences; the smallest Δ that test detects at 95% / 80% power (the
+  noncentral t, analysis.power.t_mdd), and with `--kl-delta` the seeds it would take.
+A difference *separates* at 95% when its interval excludes 0; the accuracy and KL contrasts
+of one overlay are one family of K comparisons, each with its Holm-adjusted p value. One
+seed: no interval (stated). analysis.verdict turns the rows into the report's sentences.
 """
 
 from __future__ import annotations
@@ -33,13 +34,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _scipy_stats
 
 from analysis import power
 from analysis.collect import collect
-from analysis.delta import VERDICT_SCORER, DeltaOptions, ScoreCache, delta_fields
-from analysis.stats import LEVEL
-from analysis.tables import per_run_last_best
+from analysis.delta import DELTA_COLUMNS, VERDICT_SCORER, Scores, delta_fields
+from analysis.stats import holm, paired_t
+from analysis.tables import format_p, per_run_last_best
 from analysis.within import split_label
 from common.layout import SweepDir
 
@@ -51,6 +51,7 @@ CONTRAST_NAMES = {"method": "importance weight on GRPO's k3 term (GRPO vs GRPO-I
                   "stale": "stale rollouts (k steps behind vs on-policy)",
                   "lora": "LoRA adapters vs full fine-tuning"}
 SEED_CAP = 1000  # search limit of the seeds a target needs
+CSV_NAME = "contrasts.csv"  # under the report's tables/: what `analysis recompute` checks
 DEFAULT_BENCHMARK = "toy"
 
 
@@ -83,15 +84,9 @@ def pairs(labels) -> list[Pair]:
     return out
 
 
-def _t(p: float, df: int) -> float:
-    return float(_scipy_stats.t.ppf(p, df))
-
-
-def kl_mdd(sd: float, seeds: int, level: float = LEVEL, pw: float = power.POWER) -> float:
-    """Smallest mean KL difference a paired t test over `seeds` detects (NaN below 2)."""
-    if seeds < 2 or math.isnan(sd):
-        return math.nan
-    return (_t(0.5 + level / 2, seeds - 1) + _t(pw, seeds - 1)) * sd / math.sqrt(seeds)
+def kl_mdd(sd: float, seeds: int) -> float:
+    """Smallest mean KL difference the paired t test over `seeds` detects (NaN below 2)."""
+    return power.t_mdd(sd, seeds)
 
 
 def kl_seeds_needed(sd: float, delta: float) -> int | None:
@@ -107,73 +102,44 @@ def kl_seeds_needed(sd: float, delta: float) -> int | None:
     return None
 
 
+KL_COLUMNS = ("kl_delta", "kl_low", "kl_high", "kl_p", "kl_p_holm", "kl_sd", "kl_seeds")
+
+
 def kl_difference(runs: pd.DataFrame, partner_runs: pd.DataFrame) -> dict:
-    """Per-seed KL differences at Last (cell - partner): mean, 95% t interval, sd, seeds."""
+    """Per-seed KL differences at Last (cell - partner): KL_COLUMNS (Holm left NaN)."""
     mine = dict(zip(runs["seed"], runs["kl_last"]))
     theirs = dict(zip(partner_runs["seed"], partner_runs["kl_last"]))
-    d = np.array([mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))
-                  if not (math.isnan(mine[s]) or math.isnan(theirs[s]))])
-    if len(d) == 0:
-        return {"kl_delta": math.nan, "kl_low": math.nan, "kl_high": math.nan,
-                "kl_sd": math.nan, "kl_seeds": 0}
-    if len(d) == 1:
-        return {"kl_delta": float(d[0]), "kl_low": math.nan, "kl_high": math.nan,
-                "kl_sd": math.nan, "kl_seeds": 1}
-    sd = float(d.std(ddof=1))
-    half = _t(0.5 + LEVEL / 2, len(d) - 1) * sd / math.sqrt(len(d))
-    mean = float(d.mean())
-    return {"kl_delta": mean, "kl_low": mean - half, "kl_high": mean + half, "kl_sd": sd,
-            "kl_seeds": len(d)}
+    d = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))
+         if not (math.isnan(mine[s]) or math.isnan(theirs[s]))]
+    if not d:
+        return {**dict.fromkeys(KL_COLUMNS, math.nan), "kl_seeds": 0}
+    t = paired_t(d)
+    return {"kl_delta": t.delta, "kl_low": t.low, "kl_high": t.high, "kl_p": t.p,
+            "kl_p_holm": math.nan, "kl_sd": t.sd, "kl_seeds": t.seeds}
 
 
-def accuracy_power(runs: pd.DataFrame, partner_runs: pd.DataFrame, scorer: str,
-                   scores: ScoreCache) -> tuple[power.Components, power.Design] | None:
-    """analysis.power's variance components of the paired per-(seed, problem) difference at
-    Last, and the design they came from; None when the two share no problem."""
-    base = {int(r.seed): r for r in partner_runs.itertuples()}
-    grids = []
-    for r in runs.sort_values("seed").itertuples():
-        b = base.get(int(r.seed))
-        if b is not None:
-            grids.append((scores(r.run_id, int(r.last_step), r.benchmark).get(scorer, {}),
-                          scores(b.run_id, int(b.last_step), b.benchmark).get(scorer, {})))
-    if not grids:
-        return None
-    pids = sorted(set.intersection(*(set(m) & set(b) for m, b in grids)))
-    n = int(min(runs["n"].min(), partner_runs["n"].min()))
-    if not pids or n < 2:
-        return None
-    m = np.array([[mine[q] for q in pids] for mine, _ in grids])
-    b = np.array([[theirs[q] for q in pids] for _, theirs in grids])
-    return power.estimate(m, b, n), power.Design(len(grids), len(pids), n)
+CONTRAST_COLUMNS = ["contrast", "label", "partner", "benchmark", "seeds", *DELTA_COLUMNS,
+                    "mdd", "seeds_for_delta", *KL_COLUMNS, "kl_mdd", "seeds_for_kl_delta"]
 
 
-CONTRAST_COLUMNS = ["contrast", "label", "partner", "benchmark", "seeds", "delta",
-                    "delta_low", "delta_high", "delta_pairs", "mdd", "seeds_for_delta",
-                    "kl_delta", "kl_low", "kl_high", "kl_sd", "kl_seeds", "kl_mdd",
-                    "seeds_for_kl_delta"]
-
-
-def contrast_rows(per_run: pd.DataFrame, run_dirs: dict[str, Path], scorer: str,
+def contrast_rows(per_run: pd.DataFrame, scores: Scores, scorer: str,
                   benchmark: str = DEFAULT_BENCHMARK, delta: float | None = None,
-                  kl_delta: float | None = None, opts: DeltaOptions | None = None
-                  ) -> pd.DataFrame:
+                  kl_delta: float | None = None) -> pd.DataFrame:
     """One row per contrast pair on `benchmark` (CONTRAST_COLUMNS; accuracy in fractions,
-    KL in nats; `delta` in fractions, `kl_delta` in nats: the seeds each would need)."""
-    opts = opts or DeltaOptions()
+    KL in nats; `delta` in fractions, `kl_delta` in nats: the seeds each would need). The
+    accuracy and KL p values are Holm-adjusted together: one family."""
     runs = per_run[per_run["benchmark"] == benchmark]
-    scores, rows = ScoreCache(run_dirs), []
+    rows = []
     for p in pairs(runs["label"].unique()):
         mine, theirs = runs[runs["label"] == p.label], runs[runs["label"] == p.partner]
-        acc = delta_fields(mine, theirs, "last", scorer, scores, opts)
-        fit = accuracy_power(mine, theirs, scorer, scores)
+        acc = delta_fields(mine, theirs, "last", scorer, scores)
+        fitted = power.fit(mine, theirs, scorer, scores)
         mdd, need = math.nan, None
-        if fit is not None:
-            components, design = fit
-            if any(components.__dict__.values()):
-                mdd = power.mdd(components, design)
-                if delta is not None:
-                    need = power.needed(components, design, delta)["seeds"]
+        if fitted is not None:
+            row = power.PowerRow(benchmark, p.label, fitted[1], fitted[0])
+            mdd = row.mdd
+            if delta is not None and row.varies:
+                need = power.needed(row.components, row.design, delta)["seeds"]
         kl = kl_difference(mine, theirs)
         rows.append({"contrast": p.contrast, "label": p.label, "partner": p.partner,
                      "benchmark": benchmark, "seeds": len(set(mine["seed"]) & set(theirs["seed"])),
@@ -181,20 +147,23 @@ def contrast_rows(per_run: pd.DataFrame, run_dirs: dict[str, Path], scorer: str,
                      "kl_mdd": kl_mdd(kl["kl_sd"], kl["kl_seeds"]),
                      "seeds_for_kl_delta": (kl_seeds_needed(kl["kl_sd"], kl_delta)
                                             if kl_delta is not None else None)})
-    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    out = pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    adjusted = holm(np.concatenate([out["delta_p"].to_numpy(dtype=float),
+                                    out["kl_p"].to_numpy(dtype=float)]))
+    out["delta_p_holm"], out["kl_p_holm"] = adjusted[:len(out)], adjusted[len(out):]
+    return out
 
 
 def sweep_contrasts(sweep_dir: str | Path, scorer: str = VERDICT_SCORER,
                     benchmark: str = DEFAULT_BENCHMARK, delta: float | None = None,
-                    kl_delta: float | None = None, opts: DeltaOptions | None = None
-                    ) -> pd.DataFrame:
+                    kl_delta: float | None = None) -> pd.DataFrame:
     """`contrast_rows` of a finished sweep directory (empty when it holds no contrast)."""
     col = collect(sweep_dir)
     if col.eval.empty:
         return pd.DataFrame(columns=CONTRAST_COLUMNS)
     per_run = per_run_last_best(col.eval, scorer)
-    run_dirs = dict(zip(col.runs["run_id"], col.runs["run_dir"]))
-    return contrast_rows(per_run, run_dirs, scorer, benchmark, delta, kl_delta, opts)
+    return contrast_rows(per_run, Scores.from_runs(col.runs), scorer, benchmark, delta,
+                         kl_delta)
 
 
 def separates(low: float, high: float) -> bool:
@@ -206,17 +175,26 @@ def _num(x: float, fmt: str) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+def _cell(delta: float, low: float, high: float, p_holm: float, scale: float,
+          fmt: str) -> str:
+    """"+1.20 [-2.10, +4.50]", with " *" and the Holm p when the interval excludes 0."""
+    if math.isnan(delta):
+        return "n/a"
+    if math.isnan(low):
+        return f"{scale * delta:{fmt}} (one seed)"
+    text = f"{scale * delta:{fmt}} [{scale * low:{fmt}}, {scale * high:{fmt}}]"
+    return f"{text} * (Holm p {format_p(p_holm)})" if separates(low, high) else text
+
+
 def markdown(rows: pd.DataFrame) -> str:
-    """The contrasts as one Markdown table (accuracy in points, KL in nats; * = separates)."""
+    """The contrasts as one Markdown table (accuracy in points, KL in nats; * = the interval
+    excludes 0, with its Holm-adjusted p over the table's K comparisons)."""
     header = ["Contrast", "Cell", "vs", "Seeds", "Δ acc Last [95%]", "detectable",
               "Δ KL Last [95%] (nats)", "detectable (nats)"]
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows.itertuples():
-        acc = (f"{100 * r.delta:+.2f} [{100 * r.delta_low:+.2f}, {100 * r.delta_high:+.2f}]"
-               f"{' *' if separates(r.delta_low, r.delta_high) else ''}"
-               if r.delta_pairs else "n/a")
-        kl = (f"{r.kl_delta:+.3f} [{_num(r.kl_low, '+.3f')}, {_num(r.kl_high, '+.3f')}]"
-              f"{' *' if separates(r.kl_low, r.kl_high) else ''}" if r.kl_seeds else "n/a")
+        acc = _cell(r.delta, r.delta_low, r.delta_high, r.delta_p_holm, 100, "+.2f")
+        kl = _cell(r.kl_delta, r.kl_low, r.kl_high, r.kl_p_holm, 1, "+.3f")
         lines.append(f"| {CONTRAST_NAMES[r.contrast]} | {r.label} | {r.partner} | {r.seeds} | "
                      f"{acc} | {_num(100 * r.mdd, '.2f')} | {kl} | {_num(r.kl_mdd, '.3f')} |")
     return "\n".join(lines) + "\n"

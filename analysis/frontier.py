@@ -65,7 +65,8 @@ def checkpoint_points(eval_df: pd.DataFrame, scorer: str,
 
 def design_points(eval_df: pd.DataFrame, scorer: str) -> pd.DataFrame:
     """Per (method, beta, benchmark) at each run's Last checkpoint: acc and kl with their
-    95% t intervals over seeds (acc_low/high, kl_low/high; NaN with one seed). Needs the
+    95% t intervals over seeds, clipped to each quantity's range (acc_low/high, kl_low/high;
+    NaN with one seed). Needs the
     runs' tag_method and tag_beta; empty unless some method has two or more betas."""
     need = {"tag_method", "tag_beta", KL_METRIC}
     if not need <= set(eval_df.columns):
@@ -76,9 +77,10 @@ def design_points(eval_df: pd.DataFrame, scorer: str) -> pd.DataFrame:
         return pd.DataFrame()
     last = df.loc[df.groupby(["run_id", "benchmark"])["step"].idxmax()]
     rows = []
+    acc_range, kl_range = metric_meta(ACCURACY).value_range, metric_meta(KL_METRIC).value_range
     for (method, beta, bench), g in last.groupby(["tag_method", "tag_beta", "benchmark"]):
-        acc = seed_interval(g[ACCURACY].to_numpy(dtype=float))
-        kl = seed_interval(g[KL_METRIC].to_numpy(dtype=float))
+        acc = seed_interval(g[ACCURACY].to_numpy(dtype=float), bounds=acc_range)
+        kl = seed_interval(g[KL_METRIC].to_numpy(dtype=float), bounds=kl_range)
         rows.append({"method": method, "beta": float(beta), "beta_text": str(beta),
                      "benchmark": bench, "acc": acc.mean, "acc_low": acc.low,
                      "acc_high": acc.high, "kl": kl.mean, "kl_low": kl.low,

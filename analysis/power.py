@@ -1,4 +1,6 @@
-"""What a sweep's design can detect: variance components of Δ vs the baseline and power.
+"""What a sweep's design can detect, with the training run as the unit: the variance components
+of Δ vs the baseline, the smallest detectable Δ, and the seeds, problems or samples a target
+Δ needs.
 
     python -m analysis power --sweep-dir results/<sweep> [--delta 2.0] [--scorer dapo]
         [--baseline DAPO]
@@ -7,21 +9,27 @@ Model of the paired difference of one method against the baseline at Last, on se
 problem p, averaged over the n evaluation samples of each run:
 
     d[s, p] = Δ + u[s] + v[p] + e[s, p] + (sampling noise of the 2n samples)
-    Var(mean d) = seed/S + problem/P + interaction/(S P) + within/(S P n)
 
-`seed` (between seeds: one training run shifts every problem), `problem` (a problem that
-favours one method on every seed), `interaction` and `within` (one sample's variance of
-the difference, p_m(1-p_m) + p_b(1-p_b), unbiased per cell) are estimated by the two-way
-analysis of variance of d (expected mean squares, negatives set to 0) and the per-cell
-binomial variances. With one seed the seed component cannot be estimated (0, stated).
+`seed` (u: one training run shifts every problem; the run-to-run component), `problem` (v: a
+problem that favours one method on every seed), `interaction` (e) and `within` (one
+sample's variance of the difference, p_m(1-p_m) + p_b(1-p_b), unbiased per cell) are
+estimated by the two-way analysis of variance of d (expected mean squares, negatives set
+to 0) and the per-cell binomial variances. With one seed the seed component cannot be
+estimated (0, stated) and no interval exists.
 
-The harness's interval (`analysis.stats.paired_bootstrap`) resamples the S*P pairs as if
-exchangeable, so its half-width is about z * sqrt(Var(d) / (S P)), while the mean moves by
-sqrt(Var(mean d)) from design to design. The difference this design detects with 80% power
-at 95% is therefore MDD = z_0.975 * se_boot + z_0.8 * se_true, and the interval covers the
-true Δ with probability 2 Phi(z_0.975 se_boot / se_true) - 1 (exactly 95% when seed and
-problem components are 0). tests/analysis/test_power.py checks both against simulation.
-Values are fractions; the CLI prints points.
+The report's interval is the paired t over the per-seed Δ_s = mean over problems of d[s, p]
+(`analysis.stats.seed_delta`), whose variance is
+
+    Var(Δ_s) = seed + interaction / P + within / (P n)
+
+(v[p] is the same in every seed: part of the Δ this benchmark measures, not noise). The
+smallest Δ it detects at 95% with 80% power (MDD) is where a two-sided t test on S values
+with S - 1 degrees of freedom rejects 80% of the time: the noncentral t, exact under
+normality, so a design that claims an MDD detects it 80% of the time (`python -m analysis
+calibrate` checks it). Problems and samples shrink only the last two terms: with S seeds no
+benchmark, however large, gets below the floor, the MDD with Var(Δ_s) = seed; where the seed
+component is most of Var(Δ_s), more problems cannot help and the planner says so. Values are
+fractions; the CLI prints points.
 """
 
 from __future__ import annotations
@@ -33,11 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from scipy import stats as _scipy_stats
+from scipy.optimize import brentq
 
-from analysis.collect import collect, problem_scores
-from analysis.delta import BASELINE_METHOD, VERDICT_SCORER
+from analysis.collect import collect
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, Scores
 from analysis.stats import LEVEL
+from analysis.tables import per_run_last_best
 from common.layout import SweepDir
 
 POWER = 0.8
@@ -61,34 +72,50 @@ class Design:
     samples: int
 
 
-def _z(p: float) -> float:
-    return float(_scipy_stats.norm.ppf(p))
+def delta_sd(c: Components, d: Design) -> float:
+    """Standard deviation of one seed's Δ_s (the paired t's unit), see module doc."""
+    return math.sqrt(c.seed + c.interaction / d.problems
+                     + c.within / (d.problems * d.samples))
 
 
-def se_true(c: Components, d: Design) -> float:
-    """Standard deviation of the mean difference over designs of this size."""
-    s, p, n = d.seeds, d.problems, d.samples
-    return math.sqrt(c.seed / s + c.problem / p + c.interaction / (s * p)
-                     + c.within / (s * p * n))
+def run_share(c: Components, d: Design) -> float:
+    """The run-to-run component's share of Var(Δ_s) (NaN when there is no variance)."""
+    var = delta_sd(c, d) ** 2
+    return c.seed / var if var > 0 else math.nan
 
 
-def se_boot(c: Components, d: Design) -> float:
-    """What the pairs bootstrap's spread estimates: Var(d) / (S P), pairs as exchangeable."""
-    s, p, n = d.seeds, d.problems, d.samples
-    var_d = c.seed + c.problem + c.interaction + c.within / n
-    return math.sqrt(var_d / (s * p))
+def t_power(delta: float, sd: float, seeds: int, level: float = LEVEL) -> float:
+    """Probability that the paired t interval over `seeds` per-seed differences of sd `sd`
+    excludes 0 when their mean is `delta` (noncentral t, two-sided)."""
+    df = seeds - 1
+    crit = float(_scipy_stats.t.ppf(0.5 + level / 2, df))
+    ncp = abs(delta) / (sd / math.sqrt(seeds))
+    # the far tail (wrong sign) is < 2.5%; scipy's nct returns NaN for it deep in the tail
+    wrong_side = float(np.nan_to_num(_scipy_stats.nct.cdf(-crit, df, ncp)))
+    return float(_scipy_stats.nct.sf(crit, df, ncp)) + wrong_side
+
+
+def t_mdd(sd: float, seeds: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The Δ a paired t test over `seeds` values of sd `sd` detects with probability `power`
+    (NaN below 2 seeds or without an sd; 0 when the values cannot vary)."""
+    if seeds < 2 or math.isnan(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    hi = sd
+    while t_power(hi, sd, seeds, level) < power:
+        hi *= 2
+    return float(brentq(lambda x: t_power(x, sd, seeds, level) - power, 0.0, hi, xtol=1e-12))
 
 
 def mdd(c: Components, d: Design, level: float = LEVEL, power: float = POWER) -> float:
-    """Smallest Δ the harness's interval excludes 0 for with probability `power`."""
-    return _z(0.5 + level / 2) * se_boot(c, d) + _z(power) * se_true(c, d)
+    """Smallest Δ the report's interval excludes 0 for with probability `power`."""
+    return t_mdd(delta_sd(c, d), d.seeds, level, power)
 
 
-def coverage(c: Components, d: Design, level: float = LEVEL) -> float:
-    """Probability that the pairs bootstrap's interval holds the true Δ."""
-    t = se_true(c, d)
-    return 1.0 if t == 0 else float(2 * _scipy_stats.norm.cdf(_z(0.5 + level / 2)
-                                                                * se_boot(c, d) / t) - 1)
+def floor(c: Components, seeds: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The MDD with every problem and sample in the world: the run-to-run component alone."""
+    return t_mdd(math.sqrt(c.seed), seeds, level, power)
 
 
 def estimate(method: np.ndarray, base: np.ndarray, n: int) -> Components:
@@ -115,12 +142,13 @@ def estimate(method: np.ndarray, base: np.ndarray, n: int) -> Components:
 
 def needed(c: Components, d: Design, delta: float) -> dict[str, int | None]:
     """For each of seeds, samples, problems (the others held at `d`): the smallest value
-    whose MDD is <= delta; None when no value up to CAPS reaches it."""
+    whose MDD is <= delta; None when no value up to CAPS reaches it (for problems and
+    samples: also when the run-to-run floor alone is above delta)."""
     out: dict[str, int | None] = {}
     for axis in ("seeds", "samples", "problems"):
         out[axis] = None
-        lo, hi = 1 if axis != "samples" else 2, CAPS[axis]
-        if mdd(c, _with(d, axis, hi)) > delta:
+        lo, hi = (2 if axis != "problems" else 1), CAPS[axis]
+        if not mdd(c, _with(d, axis, hi)) <= delta:
             continue
         while lo < hi:  # MDD decreases in each axis: bisect
             mid = (lo + hi) // 2
@@ -146,83 +174,141 @@ class PowerRow:
     components: Components
 
     @property
-    def mdd(self) -> float:
-        """NaN when the records hold no variation at all (e.g. every sample wrong on both
+    def varies(self) -> bool:
+        """False when the records hold no variation at all (e.g. every sample wrong on both
         sides): nothing to estimate a detectable difference from, not a zero one."""
-        if not any(self.components.__dict__.values()):
-            return math.nan
-        return mdd(self.components, self.design)
+        return any(self.components.__dict__.values())
 
     @property
-    def coverage(self) -> float:
-        return coverage(self.components, self.design)
+    def mdd(self) -> float:
+        return mdd(self.components, self.design) if self.varies else math.nan
+
+    @property
+    def floor(self) -> float:
+        """The MDD of these seeds with unlimited problems and samples."""
+        return floor(self.components, self.design.seeds) if self.varies else math.nan
+
+    @property
+    def run_share(self) -> float:
+        return run_share(self.components, self.design)
+
+
+def fit(runs: pd.DataFrame, base_runs: pd.DataFrame, scorer: str,
+        scores: Scores) -> tuple[Components, Design] | None:
+    """The variance components of `runs` - `base_runs` at Last, paired by seed over the
+    problems every pair evaluated, and the design they came from; None when they share no
+    problem or n < 2. Both frames are `tables.per_run_last_best` rows of one benchmark."""
+    base = {int(r.seed): r for r in base_runs.itertuples()}
+    grids = []
+    for r in runs.sort_values("seed").itertuples():
+        b = base.get(int(r.seed))
+        if b is not None:
+            grids.append((scores(r.run_id, int(r.last_step), r.benchmark).get(scorer, {}),
+                          scores(b.run_id, int(b.last_step), b.benchmark).get(scorer, {})))
+    if not grids:
+        return None
+    pids = sorted(set.intersection(*(set(m) & set(b) for m, b in grids)))
+    ns = pd.concat([runs["n"], base_runs["n"]]).dropna()
+    n = int(ns.min()) if not ns.empty else 0
+    if not pids or n < 2:
+        return None
+    m = np.array([[mine[q] for q in pids] for mine, _ in grids])
+    b = np.array([[theirs[q] for q in pids] for _, theirs in grids])
+    return estimate(m, b, n), Design(len(grids), len(pids), n)
+
+
+def power_rows(per_run: pd.DataFrame, scores: Scores, scorer: str,
+               baseline: str = BASELINE_METHOD) -> list[PowerRow]:
+    """One row per (benchmark, method) paired with the baseline at each run's Last step
+    (`per_run`: `tables.per_run_last_best` of `scorer`)."""
+    rows = []
+    for bench, runs in per_run.groupby("benchmark", sort=True):
+        base = runs[runs["label"] == baseline]
+        if base.empty:
+            continue
+        for label, mruns in runs[runs["label"] != baseline].groupby("label", sort=True):
+            fitted = fit(mruns, base, scorer, scores)
+            if fitted is not None:
+                rows.append(PowerRow(str(bench), str(label), fitted[1], fitted[0]))
+    return rows
 
 
 def sweep_power(sweep_dir: str | Path, scorer: str = VERDICT_SCORER,
                 baseline: str = BASELINE_METHOD) -> list[PowerRow]:
-    """One row per (benchmark, method) paired with the baseline at each run's Last step,
-    over the seeds and problems both sides evaluated."""
+    """`power_rows` of a finished sweep directory."""
     col = collect(sweep_dir)
-    ev = col.eval[col.eval["scorer"] == scorer]
-    if ev.empty:
+    if col.eval.empty or scorer not in set(col.eval["scorer"]):
         raise ValueError(f"--scorer {scorer!r}: no evaluations of it under {sweep_dir}")
-    last = ev.sort_values("step").groupby(["run_id", "benchmark"]).tail(1)
-    dirs = dict(zip(col.runs["run_id"], col.runs["run_dir"]))
-    rows = []
-    for bench, runs in last.groupby("benchmark", sort=True):
-        base = {int(r.seed): r for r in runs[runs["label"] == baseline].itertuples()}
-        if not base:
-            continue
-        for label, mruns in runs[runs["label"] != baseline].groupby("label", sort=True):
-            pairs = [(problem_scores(dirs[r.run_id], int(r.step), bench).get(scorer, {}),
-                      problem_scores(dirs[base[int(r.seed)].run_id],
-                                     int(base[int(r.seed)].step), bench).get(scorer, {}),
-                      int(r.n))
-                     for r in mruns.itertuples() if int(r.seed) in base]
-            if not pairs:
-                continue
-            pids = sorted(set.intersection(*(set(m) & set(b) for m, b, _ in pairs)))
-            n = min(k for _, _, k in pairs)
-            if not pids or n < 2:
-                continue
-            m = np.array([[mine[q] for q in pids] for mine, _, _ in pairs])
-            b = np.array([[theirs[q] for q in pids] for _, theirs, _ in pairs])
-            rows.append(PowerRow(str(bench), str(label), Design(len(pairs), len(pids), n),
-                                 estimate(m, b, n)))
-    return rows
+    return power_rows(per_run_last_best(col.eval, scorer), Scores.from_runs(col.runs), scorer,
+                      baseline)
 
 
-def detectable_by_benchmark(rows: list[PowerRow]) -> dict[str, tuple[float, float]]:
-    """benchmark -> (smallest, largest) MDD over its methods: the verdict's sentence."""
-    out: dict[str, tuple[float, float]] = {}
-    for r in rows:
-        lo, hi = out.get(r.benchmark, (math.nan, math.nan))
-        if not math.isnan(r.mdd):
-            lo, hi = (r.mdd, r.mdd) if math.isnan(lo) else (min(lo, r.mdd), max(hi, r.mdd))
-        out[r.benchmark] = (lo, hi)
-    return out  # (nan, nan): no method's records varied
+@dataclass(frozen=True)
+class Detectable:
+    """The verdict's sentence for one benchmark: the smallest and largest MDD over its
+    methods, or NaN with why there is none ("one seed" or "no variation")."""
+
+    low: float
+    high: float
+    why: str = ""
+
+
+def detectable_by_benchmark(rows: list[PowerRow]) -> dict[str, Detectable]:
+    """benchmark -> its Detectable over the methods compared with the baseline."""
+    out: dict[str, Detectable] = {}
+    for bench in sorted({r.benchmark for r in rows}):
+        mdds = [r.mdd for r in rows if r.benchmark == bench and not math.isnan(r.mdd)]
+        if mdds:
+            out[bench] = Detectable(min(mdds), max(mdds))
+        elif all(r.design.seeds < 2 for r in rows if r.benchmark == bench):
+            out[bench] = Detectable(math.nan, math.nan, "one seed")
+        else:
+            out[bench] = Detectable(math.nan, math.nan, "no variation")
+    return out
+
+
+RUN_DOMINATES = 0.5  # run share of Var(Δ_s) above which more problems cannot help much
+
+
+def _pts(x: float, width: int) -> str:
+    return f"{'n/a':>{width}s}" if math.isnan(x) else f"{100 * x:{width}.2f}"
+
+
+def advice(r: PowerRow) -> list[str]:
+    """The planner's sentences for one row: one seed, a dominant run-to-run component."""
+    d = r.design
+    if d.seeds == 1:
+        return ["one seed: the run-to-run component cannot be estimated (taken as 0) and the "
+                "report gives no interval; run at least 3 seeds"]
+    if r.varies and r.run_share >= RUN_DOMINATES:
+        return [f"run-to-run variance is {100 * r.run_share:.0f}% of a seed's Δ variance: more "
+                f"problems or samples cannot help much; with {d.seeds} seeds no benchmark, "
+                f"however large, detects less than {100 * r.floor:.2f} points: add seeds"]
+    return []
 
 
 def render(rows: list[PowerRow], delta: float | None) -> str:
     """Plain-text table in points (what the CLI prints)."""
-    pts = 100.0
-    head = (f"{'benchmark':10s} {'method':28s} {'S':>3s} {'P':>5s} {'n':>4s} {'sd_seed':>8s} "
-            f"{'sd_prob':>8s} {'sd_inter':>8s} {'sd_within':>9s} {'MDD':>6s} {'cover':>6s}")
-    lines = ["Minimum detectable difference of Δ vs the baseline at Last (95% interval, 80% "
-             "power; points; sd_* = square roots of the variance components, within per "
-             "sample; cover = coverage of the paired bootstrap's 95% interval)", head]
+    head = (f"{'benchmark':10s} {'method':28s} {'S':>3s} {'P':>5s} {'n':>4s} {'sd_run':>7s} "
+            f"{'sd_prob':>8s} {'sd_inter':>8s} {'sd_within':>9s} {'sd_Δs':>6s} {'MDD':>6s} "
+            f"{'run%':>5s} {'floor':>6s}")
+    lines = ["Minimum detectable difference of Δ vs the baseline at Last (the report's paired t "
+             "over seeds, 95%, 80% power; points; sd_* = square roots of the variance "
+             "components, within per sample; sd_Δs = sd of one seed's Δ; run% = the run-to-run "
+             "share of its variance; floor = the MDD of these seeds with unlimited problems)",
+             head]
     for r in rows:
         c, d = r.components, r.design
         lines.append(
             f"{r.benchmark:10s} {r.label:28s} {d.seeds:3d} {d.problems:5d} {d.samples:4d} "
-            f"{pts * math.sqrt(c.seed):8.2f} {pts * math.sqrt(c.problem):8.2f} "
-            f"{pts * math.sqrt(c.interaction):8.2f} {pts * math.sqrt(c.within):9.2f} "
-            f"{pts * r.mdd:6.2f} {r.coverage:6.3f}")
-        if d.seeds == 1:
-            lines.append(f"{'':10s} (one seed: the between-seed component cannot be estimated "
-                         "and is taken as 0)")
+            f"{_pts(math.sqrt(c.seed), 7)} {_pts(math.sqrt(c.problem), 8)} "
+            f"{_pts(math.sqrt(c.interaction), 8)} {_pts(math.sqrt(c.within), 9)} "
+            f"{_pts(delta_sd(c, d), 6)} {_pts(r.mdd, 6)} "
+            f"{'n/a' if math.isnan(r.run_share) else f'{100 * r.run_share:.0f}':>5s} "
+            f"{_pts(r.floor, 6)}")
+        lines += [f"{'':10s} {line}" for line in advice(r)]
         if delta is not None:
-            need = needed(c, d, delta / pts)
+            need = needed(c, d, delta / 100)
             said = ", ".join(f"{k} {v if v is not None else f'> {CAPS[k]} (unreachable)'}"
                              for k, v in need.items())
             lines.append(f"{'':10s} to detect {delta:g} points, with the others as run: {said}")

@@ -3,15 +3,19 @@
     python -m analysis report --sweep-dir results/<sweep> --out results/<sweep> \
         [--audit-dir DIR] [--figures-dir DIR] [--paper-setting model=Qwen3-4B,context=8k] \
         [--reference results/reference/reported_results.csv] [--smooth N] \
-        [--baseline DAPO] [--bootstrap-reps 10000] [--bootstrap-seed 0] [--verdict-scorer dapo]
+        [--baseline DAPO] [--verdict-scorer dapo]
 
 report.md opens with the verdict (`analysis.verdict`): which methods the sweep separates
-from the baseline at 95% on each benchmark, and each method's gain over the warm start.
+from the baseline on each benchmark, with the training run as the unit and Holm's
+adjustment over its K comparisons, and each method's gain over the warm start.
 
 Writes under `--out`:
   tables/runs.csv, tables/train_metrics.csv, tables/eval_metrics.csv   tidy collections
+  tables/problem_scores.csv.gz      every per-problem score the intervals read (a snapshot
+                                    ships it: `python -m analysis recompute` checks them)
   tables/last_best_<scorer>.{csv,md,tex}                               Table-3-style tables
-      (mean ± SE [95% t interval] over seeds, Δ vs the baseline [95% paired bootstrap])
+      (mean ± SE [95% t interval] over seeds, Δ vs the baseline [95% paired t over seeds])
+  tables/contrasts.csv                                                 an overlay's contrasts
       (report.md adds the initial model's step-0 row from <sweep_dir>/initial/, if evaluated)
   tables/paper_vs_ours.{csv,md}                                        when a setting matches
   plots/accuracy_<scorer>.{png,pdf}, plots/training.{png,pdf}          curves
@@ -31,9 +35,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import contrasts
-from analysis.collect import Collection, collect, collect_initial
+from analysis.collect import Collection, collect, collect_initial, problem_score_table
 from analysis.concordance import report_lines as concordance_lines
-from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions, Scores
 from analysis.frontier import write_frontier_plots
 from analysis.paper import (
     load_reference,
@@ -43,7 +47,7 @@ from analysis.paper import (
     write_paper_vs_ours,
 )
 from analysis.plots import method_colors, write_plots
-from analysis.power import detectable_by_benchmark, sweep_power
+from analysis.power import detectable_by_benchmark, power_rows
 from analysis.tables import (
     benchmark_display,
     benchmark_order,
@@ -93,8 +97,6 @@ def check_options(
     reference: str | Path | None = None,
     smooth: int = 1,
     baseline: str = BASELINE_METHOD,
-    bootstrap_reps: int = DeltaOptions.reps,
-    bootstrap_seed: int = DeltaOptions.seed,
     verdict_scorer: str = VERDICT_SCORER,
 ) -> ReportOptions:
     """Validate every input before any collection or writing; errors name the flag."""
@@ -120,7 +122,7 @@ def check_options(
         paper_setting=setting,
         reference=ref,
         smooth=smooth,
-        delta=DeltaOptions(baseline, bootstrap_reps, bootstrap_seed),
+        delta=DeltaOptions(baseline),
         verdict_scorer=verdict_scorer,
     )
 
@@ -261,8 +263,10 @@ def contrasts_section(rows: pd.DataFrame | None) -> list[str]:
         return []
     return [contrast_paragraph(rows), "", "## Contrasts", "",
             "The paper's contrasts inside this overlay, at Last (`python -m analysis "
-            "contrasts`; * = the 95% interval excludes 0; detectable = the smallest Δ this "
-            "design detects at 95% with 80% power):", "", contrasts.markdown(rows)]
+            "contrasts`; paired t over seeds; * = the 95% interval excludes 0, with its "
+            "Holm-adjusted p over the table's accuracy and KL comparisons; detectable = the "
+            "smallest Δ this design detects at 95% with 80% power):", "",
+            contrasts.markdown(rows)]
 
 
 def first_paragraph(crosscheck: list[str], verdict: list[str]) -> list[str]:
@@ -396,8 +400,10 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     col = collect(opts.sweep_dir, progress=progress)
     tables_dir, plots_dir = SweepDir(out).tables, SweepDir(out).plots
     write_tidy(col, tables_dir)
-    run_dirs = dict(zip(col.runs["run_id"], col.runs["run_dir"])) if not col.runs.empty else {}
-    tables = last_best_tables(col.eval, run_dirs=run_dirs, delta=opts.delta)
+    score_table = problem_score_table(col.runs, progress=progress)
+    score_table.to_csv(SweepDir(out).problem_scores, index=False)
+    scores = Scores(score_table)
+    tables = last_best_tables(col.eval, scores=scores, delta=opts.delta)
     table_files = write_last_best_tables(tables, tables_dir)
     initial = collect_initial(opts.sweep_dir)
     plot_files = write_plots(col.train, col.eval, plots_dir, smooth=opts.smooth,
@@ -407,15 +413,17 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
                                           initial=initial)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
     scorer = _verdict_scorer(tables, opts.verdict_scorer)
-    contrast_rows = (contrasts.contrast_rows(per_run_last_best(col.eval, scorer), run_dirs,
-                                             scorer, opts=opts.delta) if scorer else None)
+    contrast_rows = (contrasts.contrast_rows(per_run_last_best(col.eval, scorer), scores,
+                                             scorer) if scorer else None)
+    if contrast_rows is not None and not contrast_rows.empty:
+        contrast_rows.to_csv(tables_dir / contrasts.CSV_NAME, index=False)
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",
         "",
         *first_paragraph(crosscheck_head, verdict_section(
             tables, initial, opts.verdict_scorer,
-            lambda scorer: detectable_by_benchmark(
-                sweep_power(opts.sweep_dir, scorer, opts.delta.baseline)))),
+            lambda scorer: detectable_by_benchmark(power_rows(
+                per_run_last_best(col.eval, scorer), scores, scorer, opts.delta.baseline)))),
         *contrasts_section(contrast_rows),
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),

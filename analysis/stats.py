@@ -1,26 +1,29 @@
-"""Uncertainty of a sweep's numbers: spread over seeds, and paired differences to a baseline.
+"""Uncertainty of a sweep's numbers, with the training run (a seed) as the unit.
 
-Two questions, two tools:
+A sweep's problems and samples are nested inside training runs: the 121 problems of one seed
+share one run, and that run's luck moves all of them together. So every interval here treats
+the seed as the unit of replication (docs/statistics.md says why and what it costs):
 
 - *How much does a method's score move from seed to seed?* `seed_interval` gives the mean
-  over seeds, its standard error (sample standard deviation with ddof=1, divided by sqrt(k))
-  and a 95% interval `mean ± t(0.975, k-1) * se`. It is a Student-t interval, not the normal
-  `± 1.96 se`, because a sweep has few seeds (3 by default): with k = 3 the t quantile is
-  4.30, and the normal one would claim a far narrower interval than three draws support.
-  The t interval assumes the per-seed scores are roughly normal; with one seed there is no
-  spread to estimate and every uncertainty field is NaN (tables print "n/a").
+  over k seeds, its standard error (sample sd, ddof = 1, over sqrt(k)) and the 95% Student-t
+  interval `mean ± t(0.975, k - 1) · se`, clipped to the range the quantity can take (a
+  fraction lies in [0, 1], a KL is >= 0: clipping keeps the coverage, as the true mean lies
+  inside). With one seed there is no spread: every uncertainty field is NaN.
 
-- *Is a method better than the baseline (DAPO, the paper's main comparison)?*
-  `paired_bootstrap` takes the differences `method - baseline` of per-problem Mean@n on the
-  same problem and seed, resamples those (problem, seed) pairs with replacement `reps` times
-  (numpy `Generator` seeded with `seed`: the same input and seed give the same interval),
-  and reports the mean difference with a percentile interval of the resampled means. Pairing
-  removes what both runs share (an easy problem is easy for both; seed s draws the same
-  evaluation prompts for both), so the interval is much narrower than the difference of two
-  independent intervals. It treats the pairs as exchangeable, which ignores that the pairs of
-  one seed share a training run: read it as "would this difference survive other problems
-  and other sampling noise", and the seed interval above as "other training seeds". With one
-  seed the pairs are the problems alone and the bootstrap still works.
+- *Is a method better than the baseline?* `seed_delta` pairs the method's run of seed s with
+  the baseline's run of the same seed, averages the per-problem differences inside each seed
+  (Δ_s: problems nested within seed), and gives the paired t interval over the Δ_s with
+  k - 1 degrees of freedom and its two-sided p value. It is exact when the Δ_s are normal and
+  stays calibrated with 3 seeds (`python -m analysis calibrate` checks it by simulation); a
+  bootstrap over 3-5 seeds undercovers. The inference is about this benchmark's problems:
+  they are the same in every seed, so a problem that favours one method is part of Δ.
+
+- *K contrasts at once:* `holm` adjusts their p values (Holm's step-down, family-wise).
+
+`problem_bootstrap` is the interval the harness used before: it resamples (problem, seed)
+pairs as if independent, which ignores run-to-run variance and separates 20-45% of null
+contrasts once runs differ by a few points. It is kept only so `analysis.calibrate` can show
+that side by side; no table or verdict uses it.
 
 Values are fractions (0.25, not 25); rendering to percent is the tables' job.
 """
@@ -28,14 +31,14 @@ Values are fractions (0.25, not 25); rendering to percent is the tables' job.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as _scipy_stats
 
 LEVEL = 0.95
-DEFAULT_REPS = 10_000
-DEFAULT_SEED = 0
+UNBOUNDED = (-math.inf, math.inf)
 
 
 @dataclass(frozen=True)
@@ -56,31 +59,45 @@ def t_quantile(k: int, level: float = LEVEL) -> float:
     return float(_scipy_stats.t.ppf(0.5 + level / 2, k - 1))
 
 
-def seed_interval(values, level: float = LEVEL) -> SeedInterval:
-    """Mean, standard error and `level` t-interval of per-seed scores (see module doc)."""
+def _values(values, what: str) -> np.ndarray:
     x = np.asarray(values, dtype=float)
     if x.ndim != 1 or x.size == 0 or not np.isfinite(x).all():
-        raise ValueError(f"seed_interval needs a non-empty 1-d array of finite numbers, got {x}")
+        raise ValueError(f"{what} needs a non-empty 1-d array of finite numbers, got {x}")
+    return x
+
+
+def seed_interval(values, level: float = LEVEL,
+                  bounds: tuple[float, float] = UNBOUNDED) -> SeedInterval:
+    """Mean, standard error and `level` t interval of per-seed values, the interval clipped
+    to `bounds` (see module doc)."""
+    x = _values(values, "seed_interval")
     mean = float(x.mean())
     if x.size < 2:
         return SeedInterval(mean, math.nan, math.nan, math.nan, 1)
     se = float(x.std(ddof=1) / math.sqrt(x.size))
     half = t_quantile(x.size, level) * se
-    return SeedInterval(mean, se, mean - half, mean + half, int(x.size))
+    low, high = max(mean - half, bounds[0]), min(mean + half, bounds[1])
+    return SeedInterval(mean, se, low, high, int(x.size))
 
 
 @dataclass(frozen=True)
-class PairedDelta:
-    """Mean of paired differences, its bootstrap percentile interval, and the pair count."""
+class SeedDelta:
+    """Δ = mean over seeds of the per-seed differences Δ_s, its paired t interval and p
+    value (NaN with one seed), the sd of the Δ_s, and how many seeds and problems (per
+    seed, the fewest) it rests on."""
 
     delta: float
     low: float
     high: float
-    pairs: int
+    p: float
+    sd: float
+    seeds: int
+    problems: int
 
     @property
     def verdict(self) -> str:
-        """'better' / 'worse' when the interval excludes 0, else 'tie' (not distinguishable)."""
+        """'better' / 'worse' when the interval excludes 0, else 'tie' (not distinguishable;
+        also with one seed, where there is no interval)."""
         if self.low > 0:
             return "better"
         if self.high < 0:
@@ -88,16 +105,68 @@ class PairedDelta:
         return "tie"
 
 
+def paired_t(differences, level: float = LEVEL, problems: int = 1) -> SeedDelta:
+    """The paired t interval and two-sided p value of per-seed differences (one per seed).
+
+    All differences equal: the interval is that point, p = 1 when it is 0 and 0 otherwise
+    (no spread: the t statistic is 0/0 or infinite)."""
+    d = _values(differences, "paired_t")
+    mean = float(d.mean())
+    if d.size < 2:
+        return SeedDelta(mean, math.nan, math.nan, math.nan, math.nan, 1, problems)
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        return SeedDelta(mean, mean, mean, 1.0 if mean == 0 else 0.0, 0.0, int(d.size), problems)
+    se = sd / math.sqrt(d.size)
+    half = t_quantile(d.size, level) * se
+    p = float(2 * _scipy_stats.t.sf(abs(mean) / se, d.size - 1))
+    return SeedDelta(mean, mean - half, mean + half, p, sd, int(d.size), problems)
+
+
+def seed_delta(method: Sequence, baseline: Sequence, level: float = LEVEL) -> SeedDelta:
+    """Δ of a method against the baseline with the run as the unit: `method[s]` and
+    `baseline[s]` are the per-problem scores of seed s's two runs, aligned problem by
+    problem; Δ_s = their mean difference, then `paired_t` over the seeds."""
+    if len(method) != len(baseline) or not len(method):
+        raise ValueError(f"seed_delta needs the same non-zero number of seeds on both sides, "
+                         f"got {len(method)} and {len(baseline)}")
+    per_seed, problems = [], []
+    for s, (m, b) in enumerate(zip(method, baseline)):
+        m, b = np.asarray(m, dtype=float), np.asarray(b, dtype=float)
+        if m.shape != b.shape or m.ndim != 1 or m.size == 0:
+            raise ValueError(f"seed {s}: per-problem scores must align, got {m.shape} and {b.shape}")
+        per_seed.append(float((m - b).mean()))
+        problems.append(m.size)
+    return paired_t(per_seed, level, problems=min(problems))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p values (family-wise error, any dependence): the i-th
+    smallest p becomes max over j <= i of min(1, (K - j + 1) p_(j)). NaN stays NaN and is
+    not counted in K."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, math.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    k = len(order)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The old interval, for analysis.calibrate's comparison only
+# ---------------------------------------------------------------------------------------
+
 _CHUNK_DRAWS = 4_000_000  # indices drawn per Generator call: caps memory near 32 MB
 
 
-def bootstrap_means(diffs, reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """`reps` means of `len(diffs)` pairs drawn with replacement: one row of indices per
-    rep, drawn in chunks of rows by one seeded Generator, so the result depends on (diffs,
-    reps, seed) only."""
-    d = np.asarray(diffs, dtype=float)
-    if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all():
-        raise ValueError(f"bootstrap needs a non-empty 1-d array of finite differences, got {d}")
+def bootstrap_means(diffs, reps: int, seed: int = 0) -> np.ndarray:
+    """`reps` means of `len(diffs)` values drawn with replacement, in chunks of rows by one
+    seeded Generator, so the result depends on (diffs, reps, seed) only."""
+    d = _values(diffs, "bootstrap")
     if reps < 1:
         raise ValueError(f"bootstrap reps must be >= 1, got {reps}")
     rng = np.random.default_rng(seed)
@@ -109,19 +178,13 @@ def bootstrap_means(diffs, reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED) -
     return np.concatenate(means)
 
 
-def paired_bootstrap(
-    method, baseline, reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED, level: float = LEVEL
-) -> PairedDelta:
-    """Δ = mean(method - baseline) over aligned pairs, with a percentile bootstrap interval.
-
-    `method[i]` and `baseline[i]` are the two scores of pair i (one problem on one seed).
-    The interval's ends are the (1-level)/2 and (1+level)/2 quantiles of the resampled means
-    (numpy's default linear interpolation between order statistics).
-    """
-    m, b = np.asarray(method, dtype=float), np.asarray(baseline, dtype=float)
+def problem_bootstrap(method, baseline, reps: int = 10_000, seed: int = 0,
+                      level: float = LEVEL) -> tuple[float, float, float]:
+    """(Δ, low, high): the percentile bootstrap over (problem, seed) pairs as if
+    exchangeable, the harness's interval before the run became the unit (see module doc)."""
+    m, b = np.asarray(method, dtype=float).ravel(), np.asarray(baseline, dtype=float).ravel()
     if m.shape != b.shape:
         raise ValueError(f"paired scores must align: method {m.shape} vs baseline {b.shape}")
-    diffs = m - b
-    means = bootstrap_means(diffs, reps, seed)
+    means = bootstrap_means(m - b, reps, seed)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return PairedDelta(float(diffs.mean()), float(low), float(high), int(diffs.size))
+    return float((m - b).mean()), float(low), float(high)

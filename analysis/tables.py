@@ -5,22 +5,24 @@ Rows are methods (the run `label`), columns are benchmark x {Last, Best}:
   Best = its best value over the run's evaluated steps (max, or min for a metric whose
          metadata says lower is better),
 each computed per seed, then summarised over seeds (`analysis.stats.seed_interval`): the
-cell reads "mean ± se [low, high]", the standard error and the 95% t interval over seeds;
-with one seed both are "n/a". Next to each, "Δ vs <baseline>" (`analysis.delta`; the
-baseline is `DeltaOptions.baseline`, DAPO by default) is the paired difference to the
-baseline method over (problem, seed) pairs with its 95% bootstrap interval
-(kept with one seed: then the pairs are the problems). Accuracies are shown in percent with
-two decimals (0.59375 -> 59.38), as in the paper; Δ in percentage points; the CSV keeps
-fractions. Beside each benchmark's Last, "KL Last" is the KL to the initial model that the
-Last checkpoint paid (eval/kl.py: the k1 estimate on its own evaluation samples, nats per
-response), per seed and then mean ± se over seeds; the CSV has it for Best's step too.
+cell reads "mean ± se [low, high]", the standard error and the 95% t interval over seeds
+(clipped to [0, 100]); with one seed both are "n/a". Next to each, "Δ vs <baseline>"
+(`analysis.delta`; the baseline is `DeltaOptions.baseline`, DAPO by default) is the
+difference to the baseline method paired by seed, the training run as the unit: at Last
+with its 95% paired t interval over seeds and its Holm-adjusted p value over the table's
+Last comparisons; at Best a point estimate only (Best is selected after the fact). With one
+seed there is no interval. Accuracies are shown in percent with two decimals (0.59375 ->
+59.38), as in the paper; Δ in percentage points; the CSV keeps fractions. Beside each
+benchmark's Last, "KL Last" is the KL to the initial model that the Last checkpoint paid
+(eval/kl.py: the k1 estimate on its own evaluation samples, nats per response), per seed and
+then mean ± se [95% t interval, clipped at 0] over seeds; the CSV has it for Best's step too.
 
 Per column the best displayed mean is bold and the second best underlined (dense ranking on
 the rounded, displayed numbers: everything tied at the top is bold, everything tied at the
 next distinct value is underlined; a column with fewer than two numbers gets no marks).
 
 Run: part of `python -m analysis report ...`. Library: `last_best_tables(eval_df, metric,
-run_dirs=..., delta=...)` gives {scorer: tidy table} (metric "mean" = Mean@n unless told);
+scores=..., delta=...)` gives {scorer: tidy table} (metric "mean" = Mean@n unless told);
 `write_last_best_tables(tables, out_dir)` writes each as `table_stem(scorer, metric)` +
 `.{csv,md,tex}` (`last_best_<scorer>`, with `_<metric>` for another metric).
 """
@@ -34,7 +36,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.delta import DELTA_COLUMNS, DeltaOptions, deltas_vs_baseline
+from analysis.delta import (
+    DELTA_COLUMNS,
+    TESTED_STAT,
+    DeltaOptions,
+    Scores,
+    deltas_vs_baseline,
+    family_size,
+)
 from analysis.stats import seed_interval
 from common.metrics import MetricMeta, metric_meta
 from eval.benchmarks import BENCHMARKS
@@ -116,12 +125,13 @@ def per_run_last_best(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") 
 def _seed_rows(runs: pd.DataFrame, scorer: str, metric: str) -> list[dict]:
     """One dict per (label, benchmark, stat): the seed summary of the per-run values."""
     rows = []
+    bounds, kl_bounds = metric_meta(metric).value_range, metric_meta(KL_METRIC).value_range
     for (label, bench), g in runs.groupby(["label", "benchmark"], sort=False):
         ns = sorted({int(x) for x in g["n"].dropna()}) if "n" in g else []
         for stat in STATS:
-            s = seed_interval(g[stat].to_numpy(dtype=float))
+            s = seed_interval(g[stat].to_numpy(dtype=float), bounds=bounds)
             kl = g[f"kl_{stat}"].to_numpy(dtype=float)
-            k = seed_interval(kl) if np.isfinite(kl).all() else None
+            k = seed_interval(kl, bounds=kl_bounds) if np.isfinite(kl).all() else None
             rows.append(
                 {
                     "scorer": scorer,
@@ -150,18 +160,18 @@ def last_best_table(
     scorer: str,
     metric: str = "mean",
     *,
-    run_dirs: dict[str, Path] | None = None,
+    scores: Scores | None = None,
     delta: DeltaOptions | None = None,
 ) -> pd.DataFrame:
     """Tidy Last/Best numbers: one row per (label, benchmark, stat) with columns scorer,
     metric, label, benchmark, stat ("last"|"best"), mean, se, ci95_low, ci95_high, n_seeds,
     seeds, last_step_min, last_step_max, n (samples per problem; "" when mixed), kl, kl_se,
     kl_ci95_low, kl_ci95_high (KL to the initial model at the stat's step over seeds; NaN
-    when a seed has none), baseline, delta, delta_low, delta_high, delta_pairs. Values are
+    when a seed has none), baseline, and analysis.delta's DELTA_COLUMNS. Values are
     fractions.
 
-    The Δ columns need the runs' folders (`run_dirs`: run_id -> path, for the per-sample
-    records) and the Mean@n metric; otherwise, and for the baseline's own rows, they are NaN.
+    The Δ columns need the per-problem scores (`scores`) and the Mean@n metric; otherwise,
+    and for the baseline's own rows, they are NaN.
     """
     runs = per_run_last_best(eval_df, scorer, metric)
     if runs.empty:
@@ -169,12 +179,13 @@ def last_best_table(
     tidy = pd.DataFrame(_seed_rows(runs, scorer, metric))
     delta = delta or DeltaOptions()
     tidy["baseline"] = delta.baseline
-    if run_dirs is not None and metric == "mean":
-        deltas = deltas_vs_baseline(runs, run_dirs, scorer, delta, STATS)
+    if scores is not None and metric == "mean":
+        deltas = deltas_vs_baseline(runs, scores, scorer, delta, STATS)
         tidy = tidy.merge(deltas, on=["label", "benchmark", "stat"], how="left")
     for col in DELTA_COLUMNS:  # numeric even when no Δ was computed (an empty merge)
         tidy[col] = pd.to_numeric(tidy[col]) if col in tidy else math.nan
-    tidy["delta_pairs"] = tidy["delta_pairs"].fillna(0).astype(int)
+    for col in ("delta_seeds", "delta_problems"):
+        tidy[col] = tidy[col].fillna(0).astype(int)
     ranks = {
         "label": {lab: i for i, lab in enumerate(label_order(tidy["label"]))},
         "benchmark": {b: i for i, b in enumerate(benchmark_order(tidy["benchmark"]))},
@@ -230,11 +241,23 @@ def signed(value: float, meta: MetricMeta) -> str:
     return text if text.startswith("-") else "+" + text
 
 
-def format_delta(delta: float, low: float, high: float, meta: MetricMeta) -> str:
-    """"+4.17 [+1.04, +7.29]" (percentage points for a percent metric); "n/a" for NaN."""
+def format_p(p: float) -> str:
+    """A p value as printed: "0.012", "<0.001"; "n/a" for NaN."""
+    if p is None or math.isnan(p):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def format_delta(delta: float, low: float, high: float, meta: MetricMeta,
+                 p_holm: float = math.nan) -> str:
+    """"+4.17 [+1.04, +7.29] (Holm p 0.012)" (percentage points for a percent metric); just
+    the signed Δ without an interval (Best, one seed); "n/a" for NaN."""
     if delta is None or math.isnan(delta):
         return "n/a"
-    return f"{signed(delta, meta)} [{signed(low, meta)}, {signed(high, meta)}]"
+    if math.isnan(low):
+        return signed(delta, meta)
+    text = f"{signed(delta, meta)} [{signed(low, meta)}, {signed(high, meta)}]"
+    return text if math.isnan(p_holm) else f"{text} (Holm p {format_p(p_holm)})"
 
 
 @dataclass
@@ -296,7 +319,7 @@ class WideTable:
                                interval=(r.kl_ci95_low, r.kl_ci95_high))
         if label == self.baseline:
             return "baseline"
-        return format_delta(r.delta, r.delta_low, r.delta_high, self.meta)
+        return format_delta(r.delta, r.delta_low, r.delta_high, self.meta, r.delta_p_holm)
 
 
 def metric_name(tidy: pd.DataFrame) -> str:
@@ -324,9 +347,9 @@ def caption(tidy: pd.DataFrame) -> str:
     text = (
         f"Scorer {scorer}: {name} {unit}. Last = value at the run's final evaluated step "
         f"({steps}); Best = best over evaluated steps; both per seed, then mean ± standard "
-        f"error [95% t interval] over seeds ({seeds_txt} seed(s) per method; n/a: one seed, "
-        "no spread to estimate). Bold: best per column; underlined: second best; ties share "
-        "the mark."
+        f"error [95% t interval, clipped to 0-100] over seeds ({seeds_txt} seed(s) per method; "
+        "n/a: one seed, no spread to estimate). Bold: best per column; underlined: second "
+        "best; ties share the mark."
     )
     return text + " " + _delta_caption(tidy) + _kl_caption(tidy)
 
@@ -336,23 +359,38 @@ def _kl_caption(tidy: pd.DataFrame) -> str:
         return ""
     return (" KL Last = KL(pi_ckpt || pi_init) to the initial model at the Last checkpoint, "
             "in nats per response (k1 on its own evaluation samples), mean ± standard error "
-            "[95% t interval] over seeds; – where a run has no KL.")
+            "[95% t interval, clipped at 0: a KL cannot be negative] over seeds; – where a "
+            "run has no KL.")
 
 
 def _delta_caption(tidy: pd.DataFrame) -> str:
     baseline = str(tidy["baseline"].iloc[0])
     if tidy["delta"].notna().any():
-        pairs = tidy.loc[tidy["delta_pairs"] > 0, "delta_pairs"]
-        count = f"{pairs.min()}" if pairs.min() == pairs.max() else f"{pairs.min()}-{pairs.max()}"
+        tested = tidy[tidy["stat"] == TESTED_STAT]
+        seeds = tested.loc[tested["delta_seeds"] > 0, "delta_seeds"]
+        problems = tested.loc[tested["delta_problems"] > 0, "delta_problems"]
+        k = family_size(tested)
         return (
-            f"Δ = method - {baseline} on the same problems and seeds (percentage points), "
-            f"[95% paired bootstrap interval over {count} (problem, seed) "
-            "pairs]; an interval that excludes 0 separates the method from "
-            f"{baseline} at 95%."
+            f"Δ = method - {baseline} (percentage points), paired by seed: each seed's Δ "
+            f"averages the {_span(problems)} problem(s) both runs answered, and the 95% "
+            f"paired t interval is over the {_span(seeds)} seed(s) both ran (the training "
+            f"run is the unit). In brackets at Last: Holm's adjusted p value over the K = {k} "
+            "Last comparison(s) of this table that vary; a Δ with Holm p < 0.05 is a finding, "
+            "an interval that excludes 0 without it separates unadjusted only; one seed gives "
+            "no interval. Best is a maximum over evaluated steps chosen after seeing them, so "
+            "it is biased upwards: its Δ is a point estimate, not a test."
         )
     if baseline not in set(tidy["label"]):
         return f"No Δ column: the baseline {baseline} is not in this sweep."
     return f"No Δ column: no per-problem records to pair with {baseline}."
+
+
+def _span(values: pd.Series) -> str:
+    """"3" or "3-5" of a column of counts ("0" when empty)."""
+    if values.empty:
+        return "0"
+    lo, hi = int(values.min()), int(values.max())
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
 def md_escape(text: str) -> str:
@@ -446,14 +484,14 @@ def last_best_tables(
     eval_df: pd.DataFrame,
     metric: str = "mean",
     *,
-    run_dirs: dict[str, Path] | None = None,
+    scores: Scores | None = None,
     delta: DeltaOptions | None = None,
 ) -> dict[str, pd.DataFrame]:
     """`last_best_table` of every scorer in `eval_df`, {scorer: tidy}; {} without evals."""
     if eval_df.empty:
         return {}
     return {
-        scorer: last_best_table(eval_df, scorer, metric, run_dirs=run_dirs, delta=delta)
+        scorer: last_best_table(eval_df, scorer, metric, scores=scores, delta=delta)
         for scorer in sorted(eval_df["scorer"].unique())
     }
 

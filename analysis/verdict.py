@@ -1,11 +1,14 @@
 """The report's first paragraph: which methods the sweep separates from the baseline, in words.
 
 Computed from a Last/Best table (`analysis.tables.last_best_table`, one scorer), never
-written by hand. Per benchmark, a method is *better* (or *worse*) than the baseline when the
-95% paired bootstrap interval of its Δ excludes 0, and *not distinguishable* when it
-contains 0. The verdict reads the Last statistic (the final evaluated checkpoint): Best is a
-maximum over checkpoints chosen after the fact, biased upwards by evaluation noise, so it is
-shown in the tables but not judged. The warm start (the initial model, before any RL step)
+written by hand. Δ is paired by seed with the training run as the unit (`analysis.delta`).
+The paragraph says how many comparisons it makes (K, the Last Δs that vary) and reads each
+through Holm's adjustment over those K: a method is *better* (or *worse*) than the baseline,
+a finding, when its 95% interval excludes 0 and its Holm-adjusted p is below 0.05; an
+interval that excludes 0 without surviving Holm is said to separate *unadjusted only*; an
+interval that contains 0 is *not distinguishable*. The verdict reads the Last statistic
+(the final evaluated checkpoint): Best is a maximum over checkpoints chosen after the fact,
+biased upwards by evaluation noise, so it is shown in the tables but not judged. The warm start (the initial model, before any RL step)
 gives each method's gain: its Last mean minus the initial model's score. Each benchmark
 also gets the smallest difference its design could have detected (`analysis.power`), so a
 "not distinguishable" reads against what the sweep could have seen.
@@ -21,11 +24,13 @@ import math
 import pandas as pd
 
 from analysis.contrasts import CONTRAST_NAMES, separates
-from analysis.stats import PairedDelta
+from analysis.delta import family_size
+from analysis.power import Detectable
 from analysis.tables import (
     benchmark_display,
     benchmark_order,
     format_delta,
+    format_p,
     label_order,
     metric_name,
     signed,
@@ -33,10 +38,21 @@ from analysis.tables import (
 from common.metrics import metric_meta
 
 VERDICT_STAT = "last"
+ALPHA = 0.05  # a finding: Holm-adjusted p below this (the 95% intervals' level)
 
 
 def _delta_text(r, meta) -> str:
-    return f"{r.label} ({format_delta(r.delta, r.delta_low, r.delta_high, meta)})"
+    return f"{r.label} ({format_delta(r.delta, r.delta_low, r.delta_high, meta, r.delta_p_holm)})"
+
+
+def reading(low: float, high: float, p_holm: float) -> str:
+    """How one Δ reads: "finding" (interval excludes 0 and Holm p < ALPHA), "unadjusted"
+    (excludes 0, does not survive Holm), "tie" (contains 0), "untested" (no interval)."""
+    if math.isnan(low) or math.isnan(high):
+        return "untested"
+    if not separates(low, high):
+        return "tie"
+    return "finding" if p_holm < ALPHA else "unadjusted"
 
 
 def _join(items: list[str]) -> str:
@@ -49,23 +65,41 @@ def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
     name = benchmark_display(bench)
     if baseline not in set(rows["label"]):
         return f"On {name}, {baseline} was not evaluated, so no method is compared with it."
-    groups: dict[str, list[str]] = {"better": [], "worse": [], "tie": [], "none": []}
+    groups: dict[str, list[str]] = {k: [] for k in (
+        "better", "worse", "better_unadjusted", "worse_unadjusted", "tie", "one_seed",
+        "constant", "none")}
     others = rows[rows["label"] != baseline]
     order = {lab: i for i, lab in enumerate(label_order(others["label"]))}
     for r in sorted(others.itertuples(), key=lambda r: order[r.label]):
         if math.isnan(r.delta):
             groups["none"].append(r.label)
             continue
-        kind = PairedDelta(r.delta, r.delta_low, r.delta_high, r.delta_pairs).verdict
+        kind = reading(r.delta_low, r.delta_high, r.delta_p_holm)
+        if kind == "untested":
+            key = "one_seed" if r.delta_seeds < 2 else "constant"
+            groups[key].append(_delta_text(r, meta) if key == "one_seed" else r.label)
+            continue
+        if kind != "tie":
+            direction = "better" if r.delta_low > 0 else "worse"
+            kind = direction if kind == "finding" else f"{direction}_unadjusted"
         groups[kind].append(_delta_text(r, meta))
     parts = []
-    if groups["better"]:
-        parts.append(f"better than {baseline}: {_join(groups['better'])}")
-    if groups["worse"]:
-        parts.append(f"worse than {baseline}: {_join(groups['worse'])}")
+    for kind, said in (("better", f"better than {baseline} (a finding: Holm p < {ALPHA})"),
+                       ("worse", f"worse than {baseline} (a finding: Holm p < {ALPHA})"),
+                       ("better_unadjusted", f"above {baseline} at 95% unadjusted only "
+                                             "(not after Holm)"),
+                       ("worse_unadjusted", f"below {baseline} at 95% unadjusted only "
+                                            "(not after Holm)")):
+        if groups[kind]:
+            parts.append(f"{said}: {_join(groups[kind])}")
     if groups["tie"]:
-        lead = "no method is" if not (groups["better"] or groups["worse"]) else "not"
+        lead = "not" if parts else "no method is"
         parts.append(f"{lead} distinguishable from {baseline} at 95%: {_join(groups['tie'])}")
+    if groups["one_seed"]:
+        parts.append(f"one seed, so no interval: {_join(groups['one_seed'])}")
+    if groups["constant"]:
+        parts.append("every problem scored the same in every run on both sides, nothing to "
+                     f"compare: {_join(groups['constant'])}")
     if groups["none"]:
         parts.append(f"no paired per-problem records: {_join(groups['none'])}")
     if not parts:
@@ -88,34 +122,39 @@ def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
     )
 
 
-def detectable_sentence(bench: str, span: tuple[float, float], meta) -> str:
+def detectable_sentence(bench: str, span: Detectable, meta) -> str:
     """The smallest Δ this design could have detected on `bench` (analysis.power's MDD)."""
-    lo, hi = span
-    if math.isnan(lo):
+    if math.isnan(span.low):
+        why = {"one seed": "only one seed is paired with the baseline, so no interval exists",
+               "no variation": "every sample scored the same on both sides"}[span.why]
         return (f"On {benchmark_display(bench)} the smallest detectable difference cannot be "
-                "estimated: every sample scored the same on both sides.")
+                f"estimated: {why}.")
+    lo, hi = span.low, span.high
     size = meta.format(lo) if math.isclose(lo, hi) else f"{meta.format(lo)}-{meta.format(hi)}"
-    return (f"The smallest difference this design could have detected on "
-            f"{benchmark_display(bench)} (95% interval, 80% power; `python -m analysis power`) "
+    return (f"The smallest difference this design detects on {benchmark_display(bench)} "
+            f"(paired t over seeds at 95%, 80% power, unadjusted; `python -m analysis power`) "
             f"is {size}.")
 
 
 def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None,
-                      detectable: dict[str, tuple[float, float]] | None = None) -> str:
+                      detectable: dict[str, Detectable] | None = None) -> str:
     """The verdict (see module doc) for one scorer's tidy Last/Best table; `initial_means`
     maps benchmark -> the initial model's Mean@n (fraction), absent when not evaluated;
-    `detectable` maps benchmark -> (smallest, largest) minimum detectable Δ over methods."""
+    `detectable` maps benchmark -> the smallest detectable Δ over methods (analysis.power)."""
     last = tidy[tidy["stat"] == VERDICT_STAT]
     baseline = str(tidy["baseline"].iloc[0])
     meta = metric_meta(str(tidy["metric"].iloc[0]))
     unit = " (percentage points)" if meta.fmt == "percent" else ""
     seeds = sorted(set(last["n_seeds"]))
     seeds_txt = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    k = family_size(last)
     sentences = [
         f"**Verdict** (computed from the tables below: scorer `{tidy['scorer'].iloc[0]}`, "
         f"{metric_name(tidy)} at Last, {seeds_txt} seed(s) per method; Δ = method - {baseline}"
-        f"{unit} with its 95% paired bootstrap interval over (problem, seed) pairs; an "
-        "interval that excludes 0 separates a method from the baseline)."
+        f"{unit}, paired by seed with the training run as the unit, with its 95% paired t "
+        f"interval over seeds; K = {k} comparison(s) at Last, read through Holm's "
+        f"adjustment: a finding is a Δ whose interval excludes 0 and whose Holm p is below "
+        f"{ALPHA})."
     ]
     for bench in benchmark_order(last["benchmark"]):
         rows = last[last["benchmark"] == bench]
@@ -127,13 +166,18 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
     return " ".join(sentences)
 
 
-def _separation(delta: float, low: float, high: float, detectable: float, fmt) -> str:
-    """"+1.20 [-2.10, +4.50] (not separated; detectable 4.80)" in `fmt`'s units."""
+def _separation(delta: float, low: float, high: float, p_holm: float, detectable: float,
+                fmt) -> str:
+    """"+1.20 [-2.10, +4.50] (not separated; detectable 4.80)" in `fmt`'s units; a
+    separation says whether it survives Holm."""
     if math.isnan(delta):
         return "n/a (no paired runs)"
     if math.isnan(low):
         return f"{fmt(delta, True)} (one seed: no interval)"
-    said = "separated" if separates(low, high) else "not separated"
+    said = {"tie": "not separated",
+            "finding": f"separated, a finding: Holm p {format_p(p_holm)}",
+            "unadjusted": f"separated unadjusted only: Holm p {format_p(p_holm)}",
+            "untested": "not tested: no variation"}[reading(low, high, p_holm)]
     size = "" if math.isnan(detectable) else f"; detectable {fmt(detectable, False)}"
     return f"{fmt(delta, True)} [{fmt(low, True)}, {fmt(high, True)}] ({said}{size})"
 
@@ -155,16 +199,19 @@ def contrast_paragraph(rows: pd.DataFrame) -> str:
     seeds = sorted(set(int(s) for s in rows["seeds"]))
     seeds_txt = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
     bench = benchmark_display(str(rows["benchmark"].iloc[0]))
+    k = family_size(rows, "delta_p") + family_size(rows, "kl_p")
     sentences = [
-        f"**Contrasts** (computed: at Last on {bench}, {seeds_txt} seed(s) per cell; accuracy "
-        "Δ = cell - partner in percentage points with its 95% paired bootstrap interval over "
-        "(problem, seed) pairs; KL Δ = the difference of KL(pi_ckpt || pi_init) in nats per "
-        "response with its 95% t interval over seeds; separated = the interval excludes 0; "
-        "detectable = the smallest Δ this design detects at 95% with 80% power)."]
+        f"**Contrasts** (computed: at Last on {bench}, {seeds_txt} seed(s) per cell, paired by "
+        "seed with the training run as the unit; accuracy Δ = cell - partner in percentage "
+        "points and KL Δ = the difference of KL(pi_ckpt || pi_init) in nats per response, "
+        "each with its 95% paired t interval over seeds; separated = the interval excludes 0; "
+        f"K = {k} comparisons (accuracy and KL), read through Holm's adjustment: a finding "
+        f"survives it at {ALPHA}; detectable = the smallest Δ this design detects at 95% "
+        "with 80% power)."]
     for contrast, group in rows.groupby("contrast", sort=False):
         parts = [f"{r.label} vs {r.partner}: accuracy "
-                 f"{_separation(r.delta, r.delta_low, r.delta_high, r.mdd, _points)}, KL "
-                 f"{_separation(r.kl_delta, r.kl_low, r.kl_high, r.kl_mdd, _nats)}"
+                 f"{_separation(r.delta, r.delta_low, r.delta_high, r.delta_p_holm, r.mdd, _points)}"
+                 f", KL {_separation(r.kl_delta, r.kl_low, r.kl_high, r.kl_p_holm, r.kl_mdd, _nats)}"
                  for r in group.itertuples()]
         sentences.append(f"{CONTRAST_NAMES[contrast][0].upper()}"
                          f"{CONTRAST_NAMES[contrast][1:]}: {'; '.join(parts)}.")

@@ -10,6 +10,8 @@
         mlflow.db, mlflow_parent_run_id        .mlflow_db, .parent_run_id
         audit/, paper/, report.md              .audit, .paper, .report
         tables/, plots/                        .tables, .plots: the report's tables and plots
+        tables/problem_scores.csv.gz           .problem_scores: every per-problem score the
+                                               report's intervals read (a snapshot ships it)
         crosscheck/                            .crosscheck -> CrosscheckDir (eval.crosscheck)
     <results_dir>/envs/<name>/               env_dir(results_dir, name): shared by sweeps
 
@@ -214,6 +216,10 @@ class SweepDir(_Dir):
     @property
     def tables(self) -> Path:
         return self.root / "tables"
+
+    @property
+    def problem_scores(self) -> Path:
+        return self.tables / "problem_scores.csv.gz"
 
     @property
     def plots(self) -> Path:

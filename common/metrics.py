@@ -36,6 +36,8 @@ class MetricMeta:
         Across seeds every metric is averaged and given a standard error.
     fmt: "percent" (a fraction shown x100), "float", "int" or "seconds".
     decimals: digits after the point in the displayed value (after the x100 for percent).
+    bounds: the range the quantity itself can take, where it is narrower than what `fmt`
+        implies (a percent metric is a fraction in [0, 1]); intervals are clipped to it.
     """
 
     name: str
@@ -45,6 +47,7 @@ class MetricMeta:
     fmt: str
     decimals: int
     description: str
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -56,6 +59,14 @@ class MetricMeta:
     def scale(self) -> float:
         """Multiplier from the stored value to the displayed one (100 for percent)."""
         return 100.0 if self.fmt == "percent" else 1.0
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        """(low, high) the true value lies in: `bounds`, else [0, 1] for a percent metric
+        (a fraction), else unbounded. An interval clipped to it keeps its coverage."""
+        if self.bounds is not None:
+            return self.bounds
+        return (0.0, 1.0) if self.fmt == "percent" else (-math.inf, math.inf)
 
     def format(self, value: float) -> str:
         """The displayed string of one value ("59.38" for 0.59375 as percent); "–" for NaN."""
@@ -69,8 +80,11 @@ class MetricMeta:
         return f"{self.display}{unit}"
 
 
-def _m(name, display, hib, agg, fmt, dec, desc) -> MetricMeta:
-    return MetricMeta(name, display, hib, agg, fmt, dec, desc)
+def _m(name, display, hib, agg, fmt, dec, desc, bounds=None) -> MetricMeta:
+    return MetricMeta(name, display, hib, agg, fmt, dec, desc, bounds)
+
+
+NONNEGATIVE = (0.0, math.inf)  # a KL: its estimate may dip below 0, the KL itself cannot
 
 
 # Training metrics, in the order the trainer logs them.
@@ -132,11 +146,11 @@ _EVAL_METRICS = [
     _m("num_problems", "Problems", None, "last", "int", 0, "problems in the benchmark"),
     # eval/kl.py: sequence-level KL(pi_ckpt || pi_init) on the evaluation samples, in nats
     _m("kl_to_initial_k1", "KL to initial (k1)", None, "last", "float", 3,
-       "sequence KL to the initial model, summed log-ratio"),
+       "sequence KL to the initial model, summed log-ratio", NONNEGATIVE),
     _m("kl_to_initial_k1_stderr", "KL to initial (k1) s.e.", None, "last", "float", 3,
        "s.e. over problems"),
     _m("kl_to_initial_k3", "KL to initial (k3)", None, "last", "float", 3,
-       "sequence KL to the initial model, per-token k3 summed"),
+       "sequence KL to the initial model, per-token k3 summed", NONNEGATIVE),
     _m("kl_to_initial_k3_stderr", "KL to initial (k3) s.e.", None, "last", "float", 3,
        "s.e. over problems"),
 ]

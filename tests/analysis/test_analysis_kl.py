@@ -74,8 +74,10 @@ def test_the_table_puts_the_last_checkpoints_kl_beside_last(kl_sweep):
     header = next(line for line in md.splitlines() if line.startswith("| Method"))
     cells = [c.strip() for c in header.strip("|").split("|")]
     assert cells[1:4] == ["Toy Last", "KL Toy Last", "Toy Best"]
-    # the seed interval too: 0.7 +- t(0.975, 1) * 0.1 = 0.7 +- 1.2706
-    assert "| RPG-URKL [beta0] |" in md and "0.700 ± 0.100 [-0.571, 1.971]" in md
+    # the seed interval too: 0.7 +- t(0.975, 1) * 0.1 = 0.7 +- 1.2706, clipped at 0: a KL
+    # cannot be negative (its k1 estimate can, the quantity cannot)
+    assert "| RPG-URKL [beta0] |" in md and "0.700 ± 0.100 [0.000, 1.971]" in md
+    assert b0.loc["last", "kl_ci95_low"] == 0.0
     assert "KL Last = KL(pi_ckpt || pi_init)" in md
     tex = render_latex(tidy, "t")
     assert "& Last & KL Last & Best \\\\" in tex and "0.700 $\\pm$ 0.100" in tex

@@ -10,7 +10,7 @@ import pytest
 from analysis_fixtures import write_run
 
 from analysis.collect import collect
-from analysis.delta import DeltaOptions
+from analysis.delta import DeltaOptions, Scores
 from analysis.tables import (
     benchmark_order,
     last_best_table,
@@ -79,12 +79,13 @@ def test_markdown_marks_ties_and_intervals(sweep):
     assert "| Method | AIME24 Last | AIME24 Best | AMC23 Last | AMC23 Best |" in md
     rows = _md_rows(md)
     # AIME24 Last: URKL 50.00 (seeds 0.40, 0.60: se 10.00, 95% t interval
-    # 50 ± tan(0.475 pi) * 10 = 50 ± 127.06) ties DAPO 50.00 (one seed: n/a); GRPO second
-    assert rows["RPG-URKL"][0] == "**50.00 ± 10.00 [-77.06, 177.06]**"
+    # 50 ± tan(0.475 pi) * 10 = 50 ± 127.06, clipped to [0, 100]: a Mean@n cannot leave it)
+    # ties DAPO 50.00 (one seed: n/a); GRPO second
+    assert rows["RPG-URKL"][0] == "**50.00 ± 10.00 [0.00, 100.00]**"
     assert rows["DAPO"][0] == "**50.00 ± n/a**"
     assert rows["GRPO"][0] == "<ins>45.00 ± n/a</ins>"
     # AIME24 Best: URKL 55.00 ± 5.00 and DAPO 55.00 tie; GRPO 45.00 second
-    assert rows["RPG-URKL"][1] == "**55.00 ± 5.00 [-8.53, 118.53]**"
+    assert rows["RPG-URKL"][1] == "**55.00 ± 5.00 [0.00, 100.00]**"  # [-8.53, 118.53] clipped
     assert rows["DAPO"][1] == "**55.00 ± n/a**"
     # AMC23 Last: URKL 85.00, DAPO 70.00, GRPO 65.00 -> one bold, one underline, one plain
     assert rows["RPG-URKL"][2].startswith("**85.00 ± 5.00 [")
@@ -94,52 +95,81 @@ def test_markdown_marks_ties_and_intervals(sweep):
     assert "No Δ column: no per-problem records to pair with DAPO." in md
 
 
-def _run_dirs(col):
-    return dict(zip(col.runs["run_id"], col.runs["run_dir"]))
+def _scores(col):
+    return Scores.from_runs(col.runs)
 
 
-def test_delta_vs_dapo_by_hand(sweep):
+def test_delta_vs_dapo_with_one_paired_seed_has_no_interval(sweep):
     """Per-problem Mean@4 (5 problems, correct answers filled problem by problem):
-    DAPO aime24 @20 (0.50) = 1, 1, .5, 0, 0; GRPO @20 (0.45) = 1, 1, .25, 0, 0.
-    Diffs 0, 0, -.25, 0, 0: Δ = -0.05. A resample of 5 pairs holds K ~ Bin(5, 1/5) copies
-    of -.25, mean -0.05 K: P(K = 0) = 33% -> the 97.5% end is 0; P(K >= 4) = 0.7% < 2.5%
-    < P(K >= 3) = 5.8% -> the 2.5% end is -0.15."""
+    DAPO aime24 @20 (0.50) = 1, 1, .5, 0, 0; GRPO @20 (0.45) = 1, 1, .25, 0, 0: Δ = -0.05 on
+    the one seed both ran. One training run per side: no spread between runs to estimate, so
+    no interval and no separation, however many problems."""
     col = _col(sweep)
-    tidy = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col))
+    tidy = last_best_table(col.eval, "dapo", scores=_scores(col))
     g = _cell(tidy, "GRPO", "aime24", "last")
-    assert (g.delta, g.delta_low, g.delta_high, g.delta_pairs) == (
-        pytest.approx(-0.05), pytest.approx(-0.15), 0.0, 5)
+    assert g.delta == pytest.approx(-0.05) and (g.delta_seeds, g.delta_problems) == (1, 5)
+    assert math.isnan(g.delta_low) and math.isnan(g.delta_high) and math.isnan(g.delta_p)
     # Best pairs each run's best step: GRPO @20 vs DAPO @10 (0.55 = 1, 1, .75, 0, 0)
     g = _cell(tidy, "GRPO", "aime24", "best")
-    assert (g.delta, g.delta_low, g.delta_high) == (pytest.approx(-0.10), pytest.approx(-0.30), 0.0)
-    # RPG-URKL ran seeds 0 and 1, DAPO only seed 0: only seed 0 pairs (5 pairs)
+    assert g.delta == pytest.approx(-0.10) and math.isnan(g.delta_low)
+    # RPG-URKL ran seeds 0 and 1, DAPO only seed 0: only seed 0 pairs
     u = _cell(tidy, "RPG-URKL", "amc23", "last")  # @20 0.80 = 1,1,1,1,0 vs 0.70 = 1,1,1,.5,0
-    assert (u.delta, u.delta_low, u.delta_high, u.delta_pairs) == (
-        pytest.approx(0.10), 0.0, pytest.approx(0.30), 5)
+    assert u.delta == pytest.approx(0.10) and u.delta_seeds == 1
     assert math.isnan(_cell(tidy, "DAPO", "aime24", "last").delta)
     rows = _md_rows(render_markdown(tidy))
-    assert rows["GRPO"][:2] == ["<ins>45.00 ± n/a</ins>", "-5.00 [-15.00, 0.00]"]
+    assert rows["GRPO"][:2] == ["<ins>45.00 ± n/a</ins>", "-5.00"]
     assert rows["DAPO"][1] == "baseline"
     md = render_markdown(tidy)
     assert "| Method | AIME24 Last | Δ AIME24 Last | AIME24 Best | Δ AIME24 Best |" in md
-    assert "95% paired bootstrap interval over 5 (problem, seed) pairs" in md
+    assert ("each seed's Δ averages the 5 problem(s) both runs answered, and the 95% paired t "
+            "interval is over the 1 seed(s) both ran") in md
+    assert "K = 0 Last comparison(s)" in md and "Best is a maximum over evaluated steps" in md
 
 
-def test_delta_is_deterministic_and_follows_the_options(sweep):
+def test_delta_with_three_seeds_by_hand_and_holm_over_the_table(tmp_path):
+    """Three seeds a side. UP: per-seed means 0.35, 0.40, 0.35 against DAPO's 0.25: Δ_s =
+    0.10, 0.15, 0.10 (5 problems x 4 samples each), mean 0.1167, sd 0.0289; FLAT: 0.30, 0.20,
+    0.25: Δ_s = 0.05, -0.05, 0 (p = 1). The paired t on 2 df, and Holm over the K = 2 Last
+    comparisons (toy only)."""
+    means = {"DAPO": (0.25, 0.25, 0.25), "UP": (0.35, 0.40, 0.35), "FLAT": (0.30, 0.20, 0.25)}
+    for label, per_seed in means.items():
+        for seed, mean in enumerate(per_seed):
+            write_run(tmp_path / "runs", f"{label}{seed}", label, seed, {},
+                      evals={"toy": {5: mean}})
+    col = collect(tmp_path)
+    tidy = last_best_table(col.eval, "dapo", scores=_scores(col))
+    up = _cell(tidy, "UP", "toy", "last")
+    d = [0.10, 0.15, 0.10]
+    mean, sd = sum(d) / 3, math.sqrt(sum((x - sum(d) / 3) ** 2 for x in d) / 2)
+    t2 = math.sqrt(2 * 0.9025 / 0.0975)  # t(0.975, 2)
+    se = sd / math.sqrt(3)
+    assert (up.delta, up.delta_low, up.delta_high) == (
+        pytest.approx(mean), pytest.approx(mean - t2 * se), pytest.approx(mean + t2 * se))
+    t = mean / se  # two-sided p on 2 df: 1 - t / sqrt(2 + t^2)
+    assert up.delta_p == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+    flat = _cell(tidy, "FLAT", "toy", "last")
+    assert flat.delta == pytest.approx(0.0, abs=1e-15) and flat.delta_p == pytest.approx(1.0)
+    assert up.delta_p_holm == pytest.approx(2 * up.delta_p)  # the smaller of K = 2
+    assert flat.delta_p_holm == pytest.approx(1.0)
+    rows = _md_rows(render_markdown(tidy))
+    assert rows["UP"][1] == (f"+11.67 [{100 * (mean - t2 * se):+.2f}, {100 * (mean + t2 * se):+.2f}]"
+                             f" (Holm p {2 * up.delta_p:.3f})")
+    assert "K = 2 Last comparison(s) of this table that vary" in render_markdown(tidy)
+
+
+def test_delta_follows_the_baseline_option(sweep):
     col = _col(sweep)
-    a = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col), delta=DeltaOptions(reps=300))
-    b = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col), delta=DeltaOptions(reps=300))
+    a = last_best_table(col.eval, "dapo", scores=_scores(col))
+    b = last_best_table(col.eval, "dapo", scores=_scores(col))
     pd.testing.assert_frame_equal(a, b)
-    vs_grpo = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col),
-                              delta=DeltaOptions(baseline="GRPO", reps=300))
+    vs_grpo = last_best_table(col.eval, "dapo", scores=_scores(col),
+                              delta=DeltaOptions(baseline="GRPO"))
     d = _cell(vs_grpo, "DAPO", "aime24", "last")
     assert d.delta == pytest.approx(0.05) and set(vs_grpo.baseline) == {"GRPO"}
-    absent = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col),
+    absent = last_best_table(col.eval, "dapo", scores=_scores(col),
                              delta=DeltaOptions(baseline="PPO"))
     assert absent.delta.isna().all()
     assert "No Δ column: the baseline PPO is not in this sweep." in render_markdown(absent)
-    with pytest.raises(ValueError, match="--bootstrap-reps"):
-        DeltaOptions(reps=0)
 
 
 def test_three_seeds_with_one_seed_baseline_keeps_working(tmp_path):
@@ -149,15 +179,15 @@ def test_three_seeds_with_one_seed_baseline_keeps_working(tmp_path):
         write_run(tmp_path / "runs", f"m{seed}", "M", seed, {}, evals={"toy": {5: mean}})
     write_run(tmp_path / "runs", "d0", "DAPO", 0, {}, evals={"toy": {5: 0.40}})
     col = collect(tmp_path)
-    tidy = last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col))
+    tidy = last_best_table(col.eval, "dapo", scores=_scores(col))
     m = _cell(tidy, "M", "toy", "last")
     half = math.sqrt(2 * 0.9025 / 0.0975) * 0.1 / math.sqrt(3)
     assert (m.ci95_low, m.ci95_high) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
-    assert m.delta == 0.0 and m.delta_pairs == 5  # seed 0: 0.40 vs 0.40
+    assert m.delta == 0.0 and m.delta_seeds == 1  # seed 0: 0.40 vs 0.40
     rows = _md_rows(render_markdown(tidy))
     assert rows["M"][0] == "**50.00 ± 5.77 [25.16, 74.84]**"
     assert rows["DAPO"][0] == "<ins>40.00 ± n/a</ins>"
-    assert rows["M"][1] == "0.00 [0.00, 0.00]"
+    assert rows["M"][1] == "0.00"  # one paired seed: no interval
 
 
 def test_benchmarks_follow_the_evaluation_registry():
@@ -172,14 +202,15 @@ def test_latex_marks(sweep):
     tex = render_latex(last_best_table(col.eval, "dapo"), "t")
     row = next(line for line in tex.splitlines() if line.startswith("RPG-URKL"))
     cells = [c.strip() for c in row.removesuffix("\\\\").split("&")]
-    assert cells[1] == "\\textbf{50.00 $\\pm$ 10.00 [-77.06, 177.06]}"
+    # t interval [-77.06, 177.06] clipped to what a Mean@n can be
+    assert cells[1] == "\\textbf{50.00 $\\pm$ 10.00 [0.00, 100.00]}"
     assert cells[3].startswith("\\textbf{85.00 $\\pm$ 5.00 [")
     grpo = next(line for line in tex.splitlines() if line.startswith("GRPO"))
     assert "\\underline{45.00 $\\pm$ n/a}" in grpo
     assert "\\multicolumn{2}{c}{AIME24}" in tex and "\\cmidrule(lr){2-3}" in tex
     assert tex.count("\\begin{tabular}{lcccc}") == 1
     # with the Δ columns every benchmark spans four: Last, Δ Last, Best, Δ Best
-    tex = render_latex(last_best_table(col.eval, "dapo", run_dirs=_run_dirs(col)), "t")
+    tex = render_latex(last_best_table(col.eval, "dapo", scores=_scores(col)), "t")
     assert "\\multicolumn{4}{c}{AIME24}" in tex and "\\cmidrule(lr){6-9}" in tex
     assert " & Last & $\\Delta$ Last & Best & $\\Delta$ Best" in tex
 
@@ -201,13 +232,14 @@ def test_rank_marks_rules():
 def test_written_files(sweep, tmp_path):
     col = _col(sweep)
     files = write_last_best_tables(
-        last_best_tables(col.eval, run_dirs=_run_dirs(col)), tmp_path / "tables"
+        last_best_tables(col.eval, scores=_scores(col)), tmp_path / "tables"
     )
     assert set(files) == {"dapo", "math_verify"}
     csv = pd.read_csv(files["math_verify"]["csv"])
     assert set(csv.columns) >= {"scorer", "label", "benchmark", "stat", "mean", "se", "n_seeds",
                                 "ci95_low", "ci95_high", "baseline", "delta", "delta_low",
-                                "delta_high", "delta_pairs"}
+                                "delta_high", "delta_p", "delta_p_holm", "delta_seeds",
+                                "delta_problems"}
     # math_verify = dapo - 0.05: GRPO aime24 Last 0.40
     v = csv[(csv.label == "GRPO") & (csv.benchmark == "aime24") & (csv.stat == "last")]["mean"]
     assert v.iloc[0] == pytest.approx(0.40)

@@ -1,6 +1,7 @@
 """`analysis.contrasts` and the report's contrast paragraph, on hand-made overlays: the
 pairs found from labels, accuracy Δ and KL Δ with their intervals and detectable sizes by
-hand, separation stated only where an interval excludes 0."""
+hand (paired by seed), separation stated only where an interval excludes 0, and whether it
+survives Holm's adjustment over the overlay's accuracy and KL comparisons."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from analysis import power
 from analysis.__main__ import main
 from analysis.contrasts import kl_mdd, kl_seeds_needed, pairs, sweep_contrasts
 from analysis.report import build_report, check_options
-from analysis.stats import paired_bootstrap
+from analysis.stats import holm, seed_delta
 from analysis.verdict import contrast_paragraph
 
 # (label, toy Mean@4 at Last per seed, KL at Last per seed)
@@ -59,27 +60,32 @@ def test_accuracy_and_kl_by_hand(tmp_path):
     half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
     assert beta1.kl_delta == pytest.approx(d.mean())
     assert (beta1.kl_low, beta1.kl_high) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert beta1.kl_p == pytest.approx(2 * stats.t.sf(abs(d.mean()) / (d.std(ddof=1) / 3 ** .5), 2))
     assert beta1.kl_high < 0  # separates: GRPO ends nearer the reference
-    assert beta1.kl_mdd == pytest.approx(
-        (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)) * d.std(ddof=1) / math.sqrt(3))
-    # accuracy equal on every problem and seed: Δ 0 [0, 0]; what could have been detected
-    # is still bounded by the sampling noise of Mean@4 (the components' `within` term)
-    assert beta1.delta == beta1.delta_low == beta1.delta_high == 0 and beta1.delta_pairs == 15
+    assert beta1.kl_mdd == pytest.approx(power.t_mdd(d.std(ddof=1), 3))
+    # accuracy equal on every problem and seed: Δ 0 [0, 0] (p = 1); what could have been
+    # detected is still bounded by the sampling noise of Mean@4 (the `within` component)
+    assert beta1.delta == beta1.delta_low == beta1.delta_high == 0 and beta1.delta_p == 1
+    assert (beta1.delta_seeds, beta1.delta_problems) == (3, 5)
     same = np.array([per_problem(0.30)] * 3)
     assert beta1.mdd == pytest.approx(power.mdd(power.estimate(same, same, 4),
                                                 power.Design(3, 5, 4)))
     beta01 = rows[rows["label"] == "GRPO [beta0.1 ref-fixed]"].iloc[0]
-    m = [x for mean in (0.50, 0.40, 0.45) for x in per_problem(mean)]
-    b = [x for _ in range(3) for x in per_problem(0.45)]
-    boot = paired_bootstrap(m, b)
-    assert (beta01.delta, beta01.delta_low, beta01.delta_high) == (boot.delta, boot.low,
-                                                                   boot.high)
-    comp = power.estimate(np.array(m).reshape(3, 5), np.array(b).reshape(3, 5), 4)
+    m = [per_problem(mean) for mean in (0.50, 0.40, 0.45)]
+    b = [per_problem(0.45)] * 3
+    want = seed_delta(m, b)  # Δ_s = +0.05, -0.05, 0
+    assert (beta01.delta, beta01.delta_low, beta01.delta_high, beta01.delta_p) == (
+        pytest.approx(want.delta), want.low, want.high, want.p)
+    comp = power.estimate(np.array(m), np.array(b), 4)
     assert beta01.mdd == pytest.approx(power.mdd(comp, power.Design(3, 5, 4)))
     assert beta01.seeds_for_delta == power.needed(comp, power.Design(3, 5, 4), 0.03)["seeds"]
     # KL: differences -0.1, +0.3, -0.3 straddle 0: not separated
     assert beta01.kl_low < 0 < beta01.kl_high
     assert beta01.seeds_for_kl_delta == kl_seeds_needed(np.std([-0.1, 0.3, -0.3], ddof=1), 0.2)
+    # one family: the 2 accuracy and 2 KL p values, Holm-adjusted together
+    ps = [*rows["delta_p"], *rows["kl_p"]]
+    assert [*rows["delta_p_holm"], *rows["kl_p_holm"]] == pytest.approx(list(holm(ps)))
+    assert beta1.kl_p_holm == pytest.approx(4 * beta1.kl_p)  # the smallest of K = 4
 
 
 def test_kl_power_is_a_paired_t_test():
@@ -108,8 +114,10 @@ def test_the_report_states_separation_with_intervals(tmp_path):
     beta1 = rows[rows["label"] == "GRPO [beta1 ref-fixed]"].iloc[0]
     assert ("GRPO [beta1 ref-fixed] vs GRPO-ISKL [beta1 ref-fixed]: accuracy +0.00 [+0.00, "
             f"+0.00] (not separated; detectable {100 * beta1.mdd:.2f}), KL -0.300 [") in paragraph
-    assert (f"KL -0.300 [{beta1.kl_low:+.3f}, {beta1.kl_high:+.3f}] (separated; detectable "
-            f"{beta1.kl_mdd:.3f})") in paragraph
+    assert beta1.kl_p_holm < 0.05
+    assert (f"KL -0.300 [{beta1.kl_low:+.3f}, {beta1.kl_high:+.3f}] (separated, a finding: "
+            f"Holm p {beta1.kl_p_holm:.3f}; detectable {beta1.kl_mdd:.3f})") in paragraph
+    assert "K = 4 comparisons (accuracy and KL)" in paragraph
     assert "GRPO [beta0.1 ref-fixed] vs GRPO-ISKL [beta0.1 ref-fixed]" in paragraph
     assert "## Contrasts" in md
 

@@ -1,6 +1,7 @@
 """The power planner against simulation: synthetic designs with known variance components,
-analysed by the harness's own interval (`paired_bootstrap`), reject 0 at the planner's
-minimum detectable difference 80% of the time and cover the true Δ as often as it says."""
+analysed by the harness's own interval (`seed_delta`, the paired t over seeds), reject 0 at
+the planner's minimum detectable difference 80% of the time and 5% of the time at 0; where
+the run-to-run component dominates, the planner says more problems cannot help."""
 
 from __future__ import annotations
 
@@ -10,8 +11,20 @@ import numpy as np
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.power import Components, Design, coverage, estimate, mdd, needed
-from analysis.stats import paired_bootstrap
+from analysis.power import (
+    Components,
+    Design,
+    PowerRow,
+    advice,
+    delta_sd,
+    estimate,
+    floor,
+    mdd,
+    needed,
+    t_mdd,
+    t_power,
+)
+from analysis.stats import seed_delta
 
 
 def simulate(rng, sd: tuple[float, float, float], design: Design, delta: float):
@@ -43,39 +56,53 @@ def test_estimate_recovers_known_components():
 
 
 @pytest.mark.parametrize("sd", [(0.0, 0.0, 0.05), (0.04, 0.03, 0.03)],
-                         ids=["pairs-exchangeable", "seed-and-problem-effects"])
-def test_mdd_and_coverage_match_the_bootstrap_by_simulation(sd):
-    design, sims = Design(3, 40, 4), 400
+                         ids=["no-run-component", "run-and-problem-effects"])
+def test_mdd_is_detected_80_percent_of_the_time_and_0_separates_5_percent(sd):
+    design, sims = Design(3, 40, 4), 600
     comps = true_components(sd, 0.0)
     delta = mdd(comps, design)
     rng = np.random.default_rng(1)
-    rejected = covered = 0
-    for i in range(sims):
+    hits = false = 0
+    for _ in range(sims):
         m, b, _, _ = simulate(rng, sd, design, delta)
-        d = paired_bootstrap(m.ravel(), b.ravel(), reps=400, seed=i)
-        rejected += d.low > 0
-        covered += d.low <= delta <= d.high
-    mc = 3 * math.sqrt(0.8 * 0.2 / sims)
-    assert rejected / sims == pytest.approx(0.8, abs=mc)
-    cov = coverage(comps, design)
-    assert covered / sims == pytest.approx(cov, abs=3 * math.sqrt(cov * (1 - cov) / sims) + 0.01)
+        hits += seed_delta(m, b).low > 0
+        m, b, _, _ = simulate(rng, sd, design, 0.0)
+        false += seed_delta(m, b).verdict != "tie"
+    assert hits / sims == pytest.approx(0.8, abs=3 * math.sqrt(0.8 * 0.2 / sims) + 0.02)
+    assert false / sims == pytest.approx(0.05, abs=3 * math.sqrt(0.05 * 0.95 / sims))
 
 
-def test_needed_design_reaches_the_target_and_one_less_does_not():
-    comps, design = Components(1e-4, 4e-4, 1e-3, 0.4), Design(3, 40, 4)
-    need = needed(comps, design, 0.05)
-    for axis, value in need.items():
-        assert value is not None
-        assert mdd(comps, Design(**{**design.__dict__, axis: value})) <= 0.05
-        assert mdd(comps, Design(**{**design.__dict__, axis: value - 1})) > 0.05
-    # a seed component no number of samples can average away
-    assert needed(Components(0.01, 0, 0, 0.4), design, 0.05)["samples"] is None
+def test_t_power_and_mdd_by_hand():
+    # at Δ = 0 a two-sided 95% test rejects 5% of the time, whatever the seeds
+    assert t_power(0.0, 1.0, 3) == pytest.approx(0.05, abs=1e-9)
+    assert t_power(0.0, 1.0, 20) == pytest.approx(0.05, abs=1e-9)
+    # many seeds: the noncentral t tends to the normal, MDD -> (z_0.975 + z_0.8) sd / sqrt(S)
+    assert t_mdd(1.0, 2000) == pytest.approx((1.959964 + 0.841621) / math.sqrt(2000), rel=1e-3)
+    assert t_power(t_mdd(0.3, 5), 0.3, 5) == pytest.approx(0.8, abs=1e-9)
+    assert math.isnan(t_mdd(1.0, 1)) and t_mdd(0.0, 3) == 0.0
+
+
+def test_more_problems_cannot_beat_the_run_to_run_floor():
+    comps = Components(seed=0.03 ** 2, problem=0.0, interaction=0.02 ** 2, within=0.4)
+    design = Design(3, 121, 4)
+    assert delta_sd(comps, design) == pytest.approx(math.sqrt(9e-4 + 4e-4 / 121 + 0.4 / 484))
+    lowest = floor(comps, 3)
+    assert lowest == pytest.approx(t_mdd(0.03, 3)) and mdd(comps, design) > lowest
+    assert mdd(comps, Design(3, 100_000, 4096)) == pytest.approx(lowest, rel=1e-3)
+    need = needed(comps, design, lowest * 0.9)  # below the floor: only seeds help
+    assert need["problems"] is None and need["samples"] is None and need["seeds"] > 3
+    row = PowerRow("toy", "M", design, comps)
+    (said,) = advice(row)
+    assert "more problems or samples cannot help" in said and f"{100 * lowest:.2f}" in said
+    assert advice(PowerRow("toy", "M", design, Components(0, 0, 0.01, 0.4))) == []
+    assert "one seed" in advice(PowerRow("toy", "M", Design(1, 121, 4), comps))[0]
 
 
 def test_cli_prints_mdd_per_benchmark_and_the_design_for_delta(sweep, capsys):
     assert analysis_main(["power", "--sweep-dir", str(sweep), "--delta", "5"]) == 0
     out = capsys.readouterr().out
     assert "aime24" in out and "amc23" in out and "to detect 5 points" in out
+    assert "paired t over seeds" in out and "floor" in out
 
 
 def test_cli_rejects_a_bad_delta(sweep, capsys):
@@ -83,7 +110,29 @@ def test_cli_rejects_a_bad_delta(sweep, capsys):
     assert "--delta -1.0: must be a positive" in capsys.readouterr().err
 
 
-def test_report_verdict_states_the_detectable_difference(sweep, tmp_path):
+def test_report_verdict_states_the_detectable_difference(tmp_path):
+    import warnings
+
+    from analysis_fixtures import write_run
+
+    from analysis.power import detectable_by_benchmark, sweep_power
+    from analysis.report import build_report, check_options
+
+    for label, means in {"DAPO": (0.25, 0.30, 0.20), "GRPO": (0.35, 0.25, 0.30)}.items():
+        for seed, mean in enumerate(means):
+            write_run(tmp_path / "runs", f"{label.lower()}_s{seed}", label, seed, {},
+                      evals={"toy": {5: mean}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        md = build_report(check_options(tmp_path, tmp_path / "out")).read_text()
+        span = detectable_by_benchmark(sweep_power(tmp_path))["toy"]
+    assert span.low == span.high and not math.isnan(span.low)  # one method: one MDD
+    verdict = md.split("\n\n")[1]
+    assert "smallest difference this design detects on Toy" in verdict
+    assert f"is {100 * span.low:.2f}." in verdict
+
+
+def test_one_paired_seed_gives_no_detectable_difference_and_says_why(sweep, tmp_path):
     import warnings
 
     from analysis.power import detectable_by_benchmark, sweep_power
@@ -92,12 +141,10 @@ def test_report_verdict_states_the_detectable_difference(sweep, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         md = build_report(check_options(sweep, tmp_path / "out")).read_text()
-        spans = detectable_by_benchmark(sweep_power(sweep))
-    lo, hi = spans["aime24"]
-    size = f"{100 * lo:.2f}" if math.isclose(lo, hi) else f"{100 * lo:.2f}-{100 * hi:.2f}"
-    verdict = md.split("\n\n")[1]
-    assert "smallest difference this design could have detected on AIME24" in verdict
-    assert size in verdict
+        span = detectable_by_benchmark(sweep_power(sweep))["aime24"]
+    assert math.isnan(span.low) and span.why == "one seed"  # DAPO ran seed 0 only
+    assert ("On AIME24 the smallest detectable difference cannot be estimated: only one seed "
+            "is paired with the baseline, so no interval exists.") in md
 
 
 def test_records_without_any_variation_give_no_detectable_difference(tmp_path):
@@ -111,6 +158,7 @@ def test_records_without_any_variation_give_no_detectable_difference(tmp_path):
         for seed in (0, 1):
             write_run(tmp_path / "runs", f"{label.lower()}_s{seed}", label, seed, {},
                       evals={"toy": {5: 0.0}})
-    spans = detectable_by_benchmark(sweep_power(tmp_path))
-    assert all(math.isnan(v) for v in spans["toy"])
-    assert "cannot be estimated" in detectable_sentence("toy", spans["toy"], metric_meta("mean"))
+    span = detectable_by_benchmark(sweep_power(tmp_path))["toy"]
+    assert math.isnan(span.low) and span.why == "no variation"
+    assert "every sample scored the same on both sides" in detectable_sentence(
+        "toy", span, metric_meta("mean"))

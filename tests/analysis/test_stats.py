@@ -1,4 +1,5 @@
-"""Seed intervals and the paired bootstrap against hand-computed cases."""
+"""Seed intervals, the paired t over seeds, Holm, and the old bootstrap, against hand-computed
+cases."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import numpy as np
 import pytest
 
 from analysis.stats import (
-    PairedDelta,
     bootstrap_means,
-    paired_bootstrap,
+    holm,
+    paired_t,
+    problem_bootstrap,
+    seed_delta,
     seed_interval,
     t_quantile,
 )
@@ -51,52 +54,104 @@ def test_one_seed_has_no_spread():
         seed_interval([0.1, float("nan")])
 
 
-def test_bootstrap_of_two_pairs_takes_only_its_three_possible_means():
+def test_seed_interval_is_clipped_to_the_range_of_the_quantity():
+    # KLs 2, 5, 23 (mean 10, sd 11.36): the t interval reaches below 0, a KL cannot
+    free = seed_interval([2.0, 5.0, 23.0])
+    kl = seed_interval([2.0, 5.0, 23.0], bounds=(0.0, math.inf))
+    assert free.low < 0 and kl.low == 0.0 and kl.high == free.high and kl.mean == 10.0
+    acc = seed_interval([0.9, 0.99, 1.0], bounds=(0.0, 1.0))
+    assert acc.high == 1.0 and acc.low == seed_interval([0.9, 0.99, 1.0]).low
+
+
+def test_seed_delta_averages_problems_inside_a_seed_then_takes_the_t_over_seeds():
+    # seed 0: diffs (0.5, 0, 0.25) -> 0.25; seed 1: (0, 0, 0) -> 0; seed 2: (0.5, 0.5, 0.5)
+    # -> 0.5. Δ_s = 0.25, 0, 0.5: mean 0.25, sd 0.25, se 0.25/sqrt(3)
+    m = [[0.75, 0.5, 0.5], [0.25, 0.0, 1.0], [1.0, 0.5, 0.75]]
+    b = [[0.25, 0.5, 0.25], [0.25, 0.0, 1.0], [0.5, 0.0, 0.25]]
+    d = seed_delta(m, b)
+    half = math.sqrt(2 * 0.9025 / 0.0975) * 0.25 / math.sqrt(3)
+    assert (d.delta, d.seeds, d.problems) == (pytest.approx(0.25), 3, 3)
+    assert (d.low, d.high) == (pytest.approx(0.25 - half), pytest.approx(0.25 + half))
+    assert d.sd == pytest.approx(0.25)
+    # t = 0.25 / (0.25/sqrt(3)) = sqrt(3) on 2 df: F(t) = 1/2 + t / (2 sqrt(2 + t^2))
+    assert d.p == pytest.approx(2 * (0.5 - math.sqrt(3) / (2 * math.sqrt(5))), rel=1e-12)
+    assert d.verdict == "tie"
+
+
+def test_the_pairs_of_one_seed_are_one_unit_not_many():
+    """The old bootstrap counts 3 x 40 pairs; the run is the unit: 3 per-seed differences
+    that disagree in sign give no separation however many problems each holds."""
+    rng = np.random.default_rng(0)
+    shift = np.array([0.08, -0.05, 0.06])  # one run's luck moves all its problems
+    base = rng.uniform(0.2, 0.6, (3, 40))
+    method = np.clip(base + shift[:, None], 0, 1)
+    _, low, high = problem_bootstrap(method, base, reps=2000)
+    assert low > 0  # 120 "independent" pairs: a separation
+    assert seed_delta(method, base).verdict == "tie"
+
+
+def test_one_seed_gives_a_delta_without_an_interval():
+    d = seed_delta([[0.5, 1.0]], [[0.25, 0.25]])
+    assert d.delta == 0.5 and d.seeds == 1 and d.problems == 2
+    assert math.isnan(d.low) and math.isnan(d.high) and math.isnan(d.p) and d.verdict == "tie"
+
+
+def test_constant_per_seed_differences_give_a_point_interval():
+    up = paired_t([0.25, 0.25, 0.25])
+    assert (up.low, up.high, up.p, up.verdict) == (0.25, 0.25, 0.0, "better")
+    zero = paired_t([0.0, 0.0])
+    assert (zero.low, zero.high, zero.p, zero.verdict) == (0.0, 0.0, 1.0, "tie")
+    assert paired_t([-0.1, -0.1]).verdict == "worse"
+
+
+def test_seed_delta_is_antisymmetric_and_rejects_misaligned_input():
+    rng = np.random.default_rng(1)
+    a, b = rng.random((4, 10)), rng.random((4, 10))
+    ab, ba = seed_delta(a, b), seed_delta(b, a)
+    assert ba.delta == pytest.approx(-ab.delta) and ba.p == pytest.approx(ab.p)
+    assert (ba.low, ba.high) == (pytest.approx(-ab.high), pytest.approx(-ab.low))
+    with pytest.raises(ValueError, match="same non-zero number of seeds"):
+        seed_delta(a, b[:3])
+    with pytest.raises(ValueError, match="seed 1: per-problem scores must align"):
+        seed_delta([[0.1], [0.1, 0.2]], [[0.1], [0.1]])
+
+
+def test_holm_by_hand():
+    # p = 0.01, 0.04, 0.03, 0.2 (K = 4): sorted 0.01, 0.03, 0.04, 0.2 -> 4*0.01 = 0.04,
+    # 3*0.03 = 0.09, 2*0.04 = 0.08 -> running max 0.09, 1*0.2 = 0.2
+    got = holm([0.01, 0.04, 0.03, 0.2])
+    assert got == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    # NaN is no comparison: K = 2 here, and it stays NaN; adjusted p never exceeds 1
+    got = holm([0.3, math.nan, 0.6])
+    assert got[0] == pytest.approx(0.6) and math.isnan(got[1]) and got[2] == pytest.approx(0.6)
+    assert holm([0.9, 0.8])[0] == 1.0
+
+
+def test_old_bootstrap_of_two_pairs_takes_only_its_three_possible_means():
     # diffs 0 and 1: a resample of two pairs has mean 0, 1/2 or 1 with chances 1/4, 1/2, 1/4
     means = bootstrap_means([0.0, 1.0], reps=4000, seed=7)
     assert set(np.unique(means)) == {0.0, 0.5, 1.0}
     share = {v: float(np.mean(means == v)) for v in (0.0, 0.5, 1.0)}
     assert share[0.0] == pytest.approx(0.25, abs=0.03) and share[0.5] == pytest.approx(0.5, abs=0.03)
     # each end of the 95% interval sits inside a 25% atom, so it is exactly 0 and exactly 1
-    d = paired_bootstrap([0.0, 1.0], [0.0, 0.0], reps=4000, seed=7)
-    assert d == PairedDelta(delta=0.5, low=0.0, high=1.0, pairs=2)
+    assert problem_bootstrap([0.0, 1.0], [0.0, 0.0], reps=4000, seed=7) == (0.5, 0.0, 1.0)
 
 
-def test_bootstrap_interval_of_four_pairs_by_hand():
+def test_old_bootstrap_interval_of_four_pairs_by_hand():
     # diffs 0, 0, 0, 1: the resampled mean is K/4 with K ~ Binomial(4, 1/4).
     # P(K = 0) = 81/256 = 31.6% > 2.5%            -> the 2.5% quantile is 0
     # P(K = 4) = 1/256 = 0.4% < 2.5% < P(K >= 3) = 13/256 = 5.1%  -> the 97.5% quantile is 3/4
-    d = paired_bootstrap([0.5, 0.5, 0.5, 1.0], [0.5, 0.5, 0.5, 0.0], reps=10_000, seed=0)
-    assert d.delta == 0.25  # (0 + 0 + 0 + 1) / 4
-    assert (d.low, d.high, d.pairs) == (0.0, 0.75, 4)
-    assert d.verdict == "tie"  # the interval touches 0
-
-
-def test_constant_differences_give_a_point_interval_and_a_verdict():
-    up = paired_bootstrap([0.5, 0.75, 1.0], [0.25, 0.5, 0.75], reps=100, seed=1)
-    assert (up.delta, up.low, up.high) == (0.25, 0.25, 0.25) and up.verdict == "better"
-    down = paired_bootstrap([0.25, 0.5, 0.75], [0.5, 0.75, 1.0], reps=100, seed=1)
-    assert down.verdict == "worse"
-
-
-def test_bootstrap_is_deterministic_given_the_seed_and_antisymmetric():
-    rng = np.random.default_rng(123)
-    a, b = rng.random(30), rng.random(30)
-    first = paired_bootstrap(a, b, reps=500, seed=3)
-    assert paired_bootstrap(a, b, reps=500, seed=3) == first
-    assert paired_bootstrap(a, b, reps=500, seed=4) != first
-    flipped = paired_bootstrap(b, a, reps=500, seed=3)
-    assert flipped.delta == pytest.approx(-first.delta)
-    assert (flipped.low, flipped.high) == (pytest.approx(-first.high), pytest.approx(-first.low))
+    got = problem_bootstrap([0.5, 0.5, 0.5, 1.0], [0.5, 0.5, 0.5, 0.0], reps=10_000, seed=0)
+    assert got == (0.25, 0.0, 0.75)
 
 
 def test_bad_bootstrap_inputs_are_rejected():
     with pytest.raises(ValueError, match="align"):
-        paired_bootstrap([0.1, 0.2], [0.1])
+        problem_bootstrap([0.1, 0.2], [0.1])
     with pytest.raises(ValueError, match="reps"):
-        paired_bootstrap([0.1], [0.1], reps=0)
+        problem_bootstrap([0.1], [0.1], reps=0)
     with pytest.raises(ValueError, match="non-empty"):
-        paired_bootstrap([], [])
+        problem_bootstrap([], [])
 
 
 def test_bootstrap_of_many_pairs_is_drawn_in_chunks_with_the_same_law():

@@ -1,22 +1,26 @@
-"""The verdict paragraph, computed on constructed sweeps: a clear winner (and loser), a tie."""
+"""The verdict paragraph, computed on constructed sweeps: a clear winner (and loser), a tie,
+and separations that do not survive Holm's adjustment."""
 
 from __future__ import annotations
 
 import json
 import warnings
 
+import pytest
 from analysis_fixtures import per_problem, summary, write_run
 
 from analysis.power import detectable_by_benchmark, sweep_power
 from analysis.report import build_report, check_options
-from analysis.stats import paired_bootstrap
+from analysis.stats import holm, seed_delta
+from analysis.tables import format_p
 
-HEAD = (
-    "**Verdict** (computed from the tables below: scorer `dapo`, Mean@4 at Last, 3 seed(s) "
-    "per method; Δ = method - DAPO (percentage points) with its 95% paired bootstrap interval "
-    "over (problem, seed) pairs; an interval that excludes 0 separates a method from the "
-    "baseline)."
-)
+
+def head(k: int) -> str:
+    return ("**Verdict** (computed from the tables below: scorer `dapo`, Mean@4 at Last, 3 "
+            "seed(s) per method; Δ = method - DAPO (percentage points), paired by seed with the "
+            "training run as the unit, with its 95% paired t interval over seeds; "
+            f"K = {k} comparison(s) at Last, read through Holm's adjustment: a finding is a Δ "
+            "whose interval excludes 0 and whose Holm p is below 0.05).")
 
 
 def _sweep(root, means: dict[str, tuple[float, float, float]], initial: float | None = None):
@@ -39,36 +43,62 @@ def _verdict(root) -> str:
     return md.split("\n")[2]  # the first paragraph, right under the title
 
 
-def _interval(method, base) -> str:
-    """The expected Δ text from the per-problem scores (pairs in seed, then problem order)."""
-    m = [x for mean in method for x in per_problem(mean)]
-    b = [x for mean in base for x in per_problem(mean)]
-    d = paired_bootstrap(m, b)  # the report's defaults: 10000 resamples, seed 0
+def _delta(method, base):
+    """seed_delta of per-seed means, through the fixture's per-problem scores."""
+    return seed_delta([per_problem(m) for m in method], [per_problem(b) for b in base])
+
+
+def _interval(method, base, p_holm: float | None = None) -> str:
+    """The expected Δ text: the paired t over seeds, with its Holm p when given."""
+    d = _delta(method, base)
     fmt = lambda v: "0.00" if round(v * 100, 2) == 0 else f"{v * 100:+.2f}"  # noqa: E731
-    return f"{fmt(d.delta)} [{fmt(d.low)}, {fmt(d.high)}]"
+    text = f"{fmt(d.delta)} [{fmt(d.low)}, {fmt(d.high)}]"
+    return text if p_holm is None else f"{text} (Holm p {format_p(p_holm)})"
 
 
 def _detectable(root) -> str:
     """The expected detectable-difference sentence, from analysis.power's MDD per method."""
-    lo, hi = detectable_by_benchmark(sweep_power(root))["toy"]
+    span = detectable_by_benchmark(sweep_power(root))["toy"]
+    lo, hi = span.low, span.high
     size = f"{100 * lo:.2f}" if round(lo, 6) == round(hi, 6) else f"{100 * lo:.2f}-{100 * hi:.2f}"
-    return (" The smallest difference this design could have detected on Toy (95% interval, "
-            f"80% power; `python -m analysis power`) is {size}.")
+    return (" The smallest difference this design detects on Toy (paired t over seeds at 95%, "
+            f"80% power, unadjusted; `python -m analysis power`) is {size}.")
 
 
 def test_a_clear_winner_and_a_clear_loser(tmp_path):
     # per problem: DAPO 0.25 = 1, .25, 0, 0, 0; WIN 0.95 = 1, 1, 1, 1, .75 (Δ +0.70 on every
     # seed); LOSE 0.05 = .25, 0, 0, 0, 0 (Δ -0.20)
+    # the same Δ on every seed: a point interval, p = 0, a finding whatever Holm does
     dapo, win, lose = (0.25,) * 3, (0.95,) * 3, (0.05,) * 3
     root = _sweep(tmp_path, {"DAPO": dapo, "WIN": win, "LOSE": lose}, initial=0.05)
     text = _verdict(root)
     assert text == (
-        f"{HEAD} On Toy, better than DAPO: WIN ({_interval(win, dapo)}); worse than DAPO: "
-        f"LOSE ({_interval(lose, dapo)}).{_detectable(root)} The warm start (the initial model, before any RL "
-        "step) scores 5.00 on Toy; gain at Last over it: DAPO +20.00, LOSE 0.00, WIN +90.00."
+        f"{head(2)} On Toy, better than DAPO (a finding: Holm p < 0.05): WIN "
+        f"({_interval(win, dapo, 0.0)}); worse than DAPO (a finding: Holm p < 0.05): LOSE "
+        f"({_interval(lose, dapo, 0.0)}).{_detectable(root)} The warm start (the initial "
+        "model, before any RL step) scores 5.00 on Toy; gain at Last over it: DAPO +20.00, "
+        "LOSE 0.00, WIN +90.00."
     )
-    assert _interval(win, dapo).startswith("+70.00 [+")
+    assert _interval(win, dapo, 0.0) == "+70.00 [+70.00, +70.00] (Holm p <0.001)"
     assert _interval(lose, dapo).startswith("-20.00 [-")
+
+
+def test_a_separation_that_does_not_survive_holm_is_unadjusted_only(tmp_path):
+    # Δ_s = +0.05, +0.10, +0.10 for UP1 and UP2: mean 0.0833, sd 0.0289, t = 5.0 on 2 df,
+    # p = 0.0377 < 0.05, so each interval excludes 0; FLAT ties (p = 1). K = 3: Holm gives
+    # 3 x 0.0377 = 0.113 to both, so neither is a finding
+    dapo, up, flat = (0.25,) * 3, (0.30, 0.35, 0.35), (0.25, 0.30, 0.20)
+    root = _sweep(tmp_path, {"DAPO": dapo, "UP1": up, "UP2": up, "FLAT": flat})
+    d = _delta(up, dapo)
+    assert d.low > 0 and d.p == pytest.approx(0.0377, abs=1e-4)
+    adjusted = holm([d.p, d.p, _delta(flat, dapo).p])
+    assert adjusted[0] == pytest.approx(3 * d.p)
+    text = _verdict(root)
+    assert text.startswith(head(3))
+    assert (f"On Toy, above DAPO at 95% unadjusted only (not after Holm): "
+            f"UP1 ({_interval(up, dapo, adjusted[0])}), UP2 ({_interval(up, dapo, adjusted[0])}); "
+            f"not distinguishable from DAPO at 95%: FLAT") in text
+    assert "a finding:" not in text
 
 
 def test_a_tie(tmp_path):
@@ -79,8 +109,10 @@ def test_a_tie(tmp_path):
     text = _verdict(root)
     expected = _interval(noisy, dapo)
     assert expected.startswith("0.00 [-") and ", +" in expected
+    p = _delta(noisy, dapo).p
     assert text == (
-        f"{HEAD} On Toy, no method is distinguishable from DAPO at 95%: NOISY ({expected})."
+        f"{head(1)} On Toy, no method is distinguishable from DAPO at 95%: NOISY ({expected} "
+        f"(Holm p {format_p(p)}))."
         f"{_detectable(root)}"
     )
 
@@ -89,6 +121,8 @@ def test_mixed_verdict_names_each_group(tmp_path):
     dapo = (0.25,) * 3
     root = _sweep(tmp_path, {"DAPO": dapo, "WIN": (0.95,) * 3, "SAME": dapo})
     text = _verdict(root)
-    assert "better than DAPO: WIN (+70.00 [" in text
-    assert "; not distinguishable from DAPO at 95%: SAME (0.00 [0.00, 0.00])." in text
+    assert "better than DAPO (a finding: Holm p < 0.05): WIN (+70.00 [" in text
+    assert ("; every problem scored the same in every run on both sides, nothing to compare"
+            not in text)  # SAME varies across problems: it is tested (p = 1)
+    assert "; not distinguishable from DAPO at 95%: SAME (0.00 [0.00, 0.00] (Holm p 1.000))." in text
     assert "worse than" not in text
