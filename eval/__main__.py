@@ -108,6 +108,16 @@ def per_benchmark(values: list[str], benchmarks: list[str], flag: str) -> dict[s
     return out
 
 
+def refuse_shell_quotes(flag: str, path: str) -> None:
+    """A path that starts or ends with a quote was shell-quoted and then split without a
+    shell (`shlex.join` output through `str.split`): taken literally it names a relative
+    folder called `'/tmp/...'` in the working directory. One line names the flag and the fix."""
+    if path and (path[0] in "'\"" or path[-1] in "'\""):
+        raise ValueError(f"{flag} {path}: a shell-quoted path reached the command without a "
+                         "shell; pass the argument list (sweep.runconfig.eval_argv) or "
+                         "shlex.split the string")
+
+
 def eval_configs(args: argparse.Namespace) -> list:
     """One EvalConfig per (checkpoint, benchmark), checkpoint-major (raises ValueError /
     pydantic ValidationError on bad input)."""
@@ -119,6 +129,10 @@ def eval_configs(args: argparse.Namespace) -> list:
     files = per_benchmark(options.pop("benchmark_file"), benchmarks, "--benchmark-file")
     limits = per_benchmark(options.pop("limit"), benchmarks, "--limit")
     out = options.pop("out")
+    for flag, values in (("--out", [out]), ("--checkpoint", checkpoints),
+                         ("--benchmark-file", list(files.values()))):
+        for value in values:
+            refuse_shell_quotes(flag, value)
     if len(checkpoints) > 1 and "{step}" not in out:
         raise ValueError(f"--out {out}: with {len(checkpoints)} checkpoints it must hold "
                          "{step} (e.g. run/eval/step_{step})")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from perf.same_numbers import compared_files, records  # noqa: E402
 from sweep.expand import expand  # noqa: E402
-from sweep.runconfig import eval_args, run_config  # noqa: E402
+from sweep.runconfig import eval_argv, run_config  # noqa: E402
 from sweep.spec import parse_sweep  # noqa: E402
 
 METHODS = ["DAPO", "GRPO"]
@@ -79,8 +78,8 @@ def run_once(code: Path, work: Path, sweep, cells) -> dict[str, float]:
         if proc.returncode:
             raise SystemExit(f"{code}: trainer failed:\n{err.decode()[-2000:]}")
     trained = time.perf_counter()
-    args = shlex.split(eval_args(sweep, cells[0].run_id, list(sweep.eval.steps),
-                                 list(sweep.eval.benchmarks)))
+    args = eval_argv(sweep, cells[0].run_id, list(sweep.eval.steps),
+                     list(sweep.eval.benchmarks))
     done = subprocess.run([sys.executable, "-m", "eval", *args], cwd=work, env=env,
                           capture_output=True)
     if done.returncode:

@@ -34,7 +34,6 @@ import datetime
 import gc
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -162,7 +161,7 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
     import yaml
 
     from sweep.expand import expand
-    from sweep.runconfig import eval_args, run_config, run_dir
+    from sweep.runconfig import eval_argv, run_config, run_dir
     from sweep.spec import load_sweep, merged
 
     steps = [2, 4] if tiny else [10, 20, 30, 40]
@@ -186,8 +185,8 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
                    env=env, cwd=REPO, capture_output=True)
     train_s = time.perf_counter() - start
     rdir = run_dir(sweep, cell.run_id)
-    args = shlex.split(eval_args(sweep, cell.run_id, [steps[-1]], ["toy"])
-                       .replace("{step}", str(steps[-1])))
+    args = [a.replace("{step}", str(steps[-1]))
+            for a in eval_argv(sweep, cell.run_id, [steps[-1]], ["toy"])]
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "eval", *args, "--device", device.type], check=True,
                    env=env, cwd=REPO, capture_output=True)

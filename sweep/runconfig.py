@@ -133,16 +133,25 @@ def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: li
     return args
 
 
-def eval_args(sweep: SweepConfig, run_id: str, steps: list[int], benches: list[str]) -> str:
-    """The `python -m eval` arguments for one evaluation job: checkpoints `steps` of run
-    `run_id` on `benches` (eval.group: one step per job, or every step of the run)."""
+def eval_argv(sweep: SweepConfig, run_id: str, steps: list[int], benches: list[str]
+              ) -> list[str]:
+    """The `python -m eval` arguments for one evaluation job, as a list: checkpoints `steps`
+    of run `run_id` on `benches` (eval.group: one step per job, or every step of the run).
+    What a Python caller passes to subprocess: never `eval_args` split by hand (its paths
+    are shell-quoted, `--out '.../step_{step}'`, and a split without a shell keeps the
+    quotes in the path)."""
     rdir = run_dir(sweep, run_id)
     checkpoints = [str(rdir.checkpoint(step)) for step in steps]
     args = _eval_args(sweep, checkpoints, str(rdir.eval_dir("{step}")), benches)
     if sweep.mlflow.enabled:
         args += ["--mlflow-uri", sweep.mlflow_uri, "--mlflow-run-id-file",
                  str(rdir.mlflow_run_id)]
-    return shlex.join(args)
+    return args
+
+
+def eval_args(sweep: SweepConfig, run_id: str, steps: list[int], benches: list[str]) -> str:
+    """`eval_argv` as one shell-quoted string, for a Snakemake rule's `shell:` command."""
+    return shlex.join(eval_argv(sweep, run_id, steps, benches))
 
 
 def initial_model(sweep: SweepConfig) -> str | None:

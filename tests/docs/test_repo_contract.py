@@ -118,3 +118,18 @@ def test_perf_scripts_named_in_the_docs_exist(page):
     for script in re.findall(r"\bperf/\w+\.py", page.read_text()):
         assert (REPO / script).is_file(), f"{page.relative_to(REPO)}: {script}"
     assert not (REPO / "benchmarks").exists(), "performance scripts live in perf/"
+
+
+STRAY = re.compile(r"^['\"]|(^|/)(tmp|temp|pytest-of-[^/]*|gpu_check_[^/]*)(/|$)")
+
+
+def test_no_tracked_path_is_a_quoted_or_temporary_folder():
+    """A path that starts with a quote is a shell-quoted path taken literally (a split
+    without a shell: tests/sweep/test_eval_paths.py); one under tmp/ or a pytest or
+    gpu_check work folder is litter from a run, not source."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    stray = [p for p in tracked if p and STRAY.search(p)]
+    assert stray == [], stray
+    assert STRAY.search("'/tmp/gpu_check_03/results/x'/toy.json")  # the one that was here
+    assert not STRAY.search("docs/runs/frontier/tables/runs.csv")

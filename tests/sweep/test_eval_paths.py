@@ -1,0 +1,55 @@
+"""How an evaluation's paths reach `python -m eval`: the stray folder named
+`'/tmp/gpu_check_.../eval/step_4'` that was once committed at the repository root came from a
+shell-quoted `--out '.../step_{step}'` split without a shell, so the quotes stayed in the
+path and the path became relative. Python callers take the argument list; the eval CLI
+refuses a quoted path in one line."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from sweep.runconfig import eval_args, eval_argv
+from sweep.spec import load_sweep, merged
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sweep(tmp_path, results: str):
+    data = merged(yaml.safe_load((REPO / "config" / "default.yaml").read_text()),
+                  {"results_dir": str(tmp_path / results), "mlflow": {"enabled": False}})
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_sweep(path)
+
+
+def test_the_argument_list_holds_plain_paths_and_the_shell_string_round_trips(tmp_path):
+    sweep = _sweep(tmp_path, "results dir")  # a space: the shell string must quote it
+    argv = eval_argv(sweep, "dapo_s0", [10, 20], ["toy"])
+    out = argv[argv.index("--out") + 1]
+    assert out.endswith("/runs/dapo_s0/eval/step_{step}") and out.startswith("/")
+    assert "'" not in out
+    # the rule's string is the same list, quoted for a shell (the folder has a space)
+    assert shlex.split(eval_args(sweep, "dapo_s0", [10, 20], ["toy"])) == argv
+    assert f"--out {shlex.quote(out)}" in eval_args(sweep, "dapo_s0", [10, 20], ["toy"])
+
+
+def test_a_shell_string_split_without_a_shell_is_refused_before_anything_is_written(tmp_path):
+    """The reproduction: the old mistake, `str.split` of the quoted string, with {step}
+    filled in. Without the check, eval would write under `./'<...>/step_4'` in its working
+    directory."""
+    sweep = _sweep(tmp_path, "results")
+    wrong = eval_args(sweep, "dapo_s0", [4], ["toy"]).replace("{step}", "4").split()
+    out = wrong[wrong.index("--out") + 1]
+    assert out.startswith("'") and out.endswith("'")
+    proc = subprocess.run([sys.executable, "-m", "eval", *wrong], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2, proc.stderr
+    assert "a shell-quoted path reached the command without a shell" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --out '/")
+    assert not any(p.name.startswith("'") for p in tmp_path.iterdir())
