@@ -7,7 +7,7 @@ size 2 vs 1, side by side in one run.
 Builds a random-init model (no warm start), then launches the same measurement with
 `python -m trainer.launch` at world size 1 and 2 (gloo): one fixed global batch (the
 tests' `fixed_batch`), a warm-up update, then `--updates` timed updates through
-`Trainer.update`. Bytes are this rank's local shards of parameters and optimizer states.
+`Updater.update`. Bytes are this rank's local shards of parameters and optimizer states.
 On a 2-core machine the two ranks share the cores, so the throughput ratio measures
 overhead more than speed-up.
 """
@@ -51,12 +51,12 @@ def measure(config: str, out: str, updates: int) -> None:
     trainer.setup(track=False)
     trainer.global_step = 1
     batch, rewards, groups = fixed_batch(trainer.model.config.vocab_size, 64, 8, trainer.device)
-    old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+    old, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
     adv = compute_advantages(rewards, groups, "group_mean", mask=batch.response_mask)
-    trainer.update(batch, old, None, adv)  # warm-up: allocates the AdamW states
+    trainer.updater.update(batch, old, None, adv)  # warm-up: allocates the AdamW states
     start = time.perf_counter()
     for _ in range(updates):
-        trainer.update(batch, old, None, adv)
+        trainer.updater.update(batch, old, None, adv)
     seconds = time.perf_counter() - start
     params = local_bytes(trainer.optimizer.param_groups[0]["params"])
     states = local_bytes(v for s in trainer.optimizer.state.values() for v in s.values()

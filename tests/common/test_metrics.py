@@ -79,7 +79,7 @@ def test_the_trainer_reduces_loss_metrics_over_updates_as_declared():
     import torch
 
     from algorithms import LOSS_METRICS
-    from trainer.loop import add_metric
+    from trainer.update import add_metric
 
     sums: dict = {}
     for value in (1.0, 4.0, 2.0):

@@ -15,8 +15,8 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
 from trainer import distributed
+from trainer.collection import Round, gather_rounds
 from trainer.logprobs import PolicyLogProbs, pack
-from trainer.loop import Round, gather_rounds
 
 
 def rank_round(rank: int, with_logprobs: bool) -> Round:

@@ -70,9 +70,9 @@ def main(config: str, out: str) -> None:
     grads = record_first_gradients(trainer)
     trainer.global_step = 1
     batch, rewards, groups = fixed_batch(trainer.model.config.vocab_size, 16, 4, trainer.device)
-    old_logp, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+    old_logp, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
     adv = compute_advantages(rewards, groups, trainer.method.advantage, mask=batch.response_mask)
-    metrics = trainer.update(batch, old_logp, None, adv)
+    metrics = trainer.updater.update(batch, old_logp, None, adv)
     weights = distributed.model_state(trainer.policy)
     if trainer.world.main:
         torch.save({"metrics": metrics, "weights": weights, "old_logp": old_logp,

@@ -68,8 +68,8 @@ def main(config: str, out: str) -> None:
         {"rank": world.rank, "opened": opened,
          "rss_growth_bytes": marks.get("first_forward", peak_rss()) - before}))
     batch, _, _ = fixed_batch(trainer.model.config.vocab_size, 8, 4, trainer.device)
-    logp, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
-    ref_logp, _ = trainer.logprobs_no_grad(trainer.ref_policy, batch, with_entropy=False)
+    logp, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+    ref_logp, _ = trainer.updater.logprobs_no_grad(trainer.ref_policy, batch, with_entropy=False)
     weights = distributed.model_state(trainer.policy)
     ref_weights = distributed.model_state(trainer.ref_policy)
     if world.main:

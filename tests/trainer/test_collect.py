@@ -9,13 +9,13 @@ def generated_per_round(make_cfg, **sections) -> tuple[list[int], dict]:
     trainer = Trainer(make_cfg("collect", **sections))
     trainer.setup(track=False)
     sizes: list[int] = []
-    generate = trainer._generate_round
+    generate = trainer.collector.generate_round
 
     def recording(problems, seed):
         sizes.append(len(problems))
         return generate(problems, seed)
 
-    trainer._generate_round = recording
+    trainer.collector.generate_round = recording
     return sizes, trainer.collect().stats
 
 

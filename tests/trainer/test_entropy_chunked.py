@@ -111,10 +111,10 @@ def test_trainer_update_adds_the_entropy_bonus_gradient(make_cfg):
         trainer = Trainer(cfg)
         trainer.setup(track=False)
         batch = trainer.collect().batch
-        old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+        old, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
         adv = torch.linspace(-1, 1, batch.input_ids.shape[0])
         trainer.model.zero_grad(set_to_none=True)
-        trainer.accumulate_gradients(batch, torch.arange(len(adv)), old, None, adv)
+        trainer.updater.accumulate_gradients(batch, torch.arange(len(adv)), old, None, adv)
         return trainer, batch, [p.grad.clone() for p in trainer.model.parameters()]
 
     _, _, plain = grads(0.0)

@@ -15,8 +15,10 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer.checkpoint import PREEMPTED_EXIT_CODE
-from trainer.loop import NonFiniteError, overlong_penalty, train
+from trainer.collection import overlong_penalty
+from trainer.loop import train
 from trainer.tasks.math import load_math_problems
+from trainer.update import NonFiniteError
 
 BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from trainer.loop import Trainer, loss_batch
+from trainer.loop import Trainer
+from trainer.update import Updater, loss_batch
 
 # 8 new tokens: the test model finishes about a quarter of its responses, the rest are cut
 ROLLOUT = {"max_new_tokens": 8, "overlong_buffer": 4}
@@ -21,7 +22,7 @@ def _trainer(make_cfg, **rollout):
 
 def _grads(trainer, batch, rows, old, adv):
     trainer.model.zero_grad(set_to_none=True)
-    loss, _ = trainer.accumulate_gradients(batch, rows, old, None, adv)
+    loss, _ = trainer.updater.accumulate_gradients(batch, rows, old, None, adv)
     return loss, [p.grad.clone() for p in trainer.model.parameters()]
 
 
@@ -37,7 +38,7 @@ def test_truncated_rows_add_no_gradient_and_no_tokens(make_cfg):
     # the engine's finish reason: cut = hit the budget without its end-of-sequence token
     assert torch.equal(cut, (lengths == ROLLOUT["max_new_tokens"]) & (last != eos))
     assert 0 < int(cut.sum()) < len(cut), "the case needs finished and cut responses"
-    old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+    old, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
     with torch.no_grad():  # off the sampler, so that every token's gradient differs
         for p in trainer.model.parameters():
             p.add_(1e-2 * torch.randn_like(p))
@@ -56,17 +57,17 @@ def test_truncated_rows_add_no_gradient_and_no_tokens(make_cfg):
 
 def test_the_update_sees_the_masked_batch_only_when_asked(make_cfg, monkeypatch):
     seen = {}
-    real_update = Trainer.update
+    real_update = Updater.update
 
     def spy(self, batch, *args):
         seen["mask"] = batch.response_mask.clone()
         return real_update(self, batch, *args)
 
-    monkeypatch.setattr(Trainer, "update", spy)
+    monkeypatch.setattr(Updater, "update", spy)
     for on in (False, True):
         trainer = _trainer(make_cfg, mask_truncated=on)
         rollout = trainer.collect()
-        trainer._learn(rollout, {})
+        trainer.learn(rollout, {})
         cut = rollout.truncated
         full = rollout.batch.response_mask
         assert torch.equal(seen["mask"][~cut], full[~cut])  # finished rows untouched

@@ -48,7 +48,7 @@ def test_token_budget_gives_the_gradient_of_one_unsplit_batch(make_cfg):
         trainer.setup(track=False)
         rollout = trainer.collect()
         batch = rollout.batch
-        old, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+        old, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
         # a perturbed policy, so that w != 1 and the clip and KL terms act
         with torch.no_grad():
             for p in trainer.model.parameters():
@@ -56,9 +56,9 @@ def test_token_budget_gives_the_gradient_of_one_unsplit_batch(make_cfg):
         adv = torch.linspace(-1, 1, batch.input_ids.shape[0])
         trainer.model.zero_grad(set_to_none=True)
         rows = torch.arange(batch.input_ids.shape[0])
-        loss, _ = trainer.accumulate_gradients(batch, rows, old, None, adv)
+        loss, _ = trainer.updater.accumulate_gradients(batch, rows, old, None, adv)
         grads = [p.grad.clone() for p in trainer.model.parameters()]
-        logp, _ = trainer.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
+        logp, _ = trainer.updater.logprobs_no_grad(trainer.policy, batch, with_entropy=False)
         return loss, grads, logp, batch
 
     loss_a, grads_a, logp_a, batch = grads_and_logps()

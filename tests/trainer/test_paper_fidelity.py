@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import trainer.loop as loop
-from trainer.loop import Trainer, has_signal, train
+import trainer.update as update
+from trainer.collection import has_signal
+from trainer.loop import Trainer, train
 
 
 def metrics(run: Path) -> list[dict]:
@@ -81,14 +82,14 @@ def test_every_k_within_one_batch_equals_the_rollout_reference(make_cfg, k):
 
 def test_is_weight_max_is_the_maximum_over_every_update(make_cfg, monkeypatch):
     seen: list[float] = []
-    real = loop.compute_policy_loss
+    real = update.compute_policy_loss
 
     def recording(*args, **kwargs):
         loss, m = real(*args, **kwargs)
         seen.append(float(m["is_weight_max"]))
         return loss, m
 
-    monkeypatch.setattr(loop, "compute_policy_loss", recording)
+    monkeypatch.setattr(update, "compute_policy_loss", recording)
     out = train(make_cfg("wmax", optim={"steps": 1, "epochs": 2, "mini_batch_size": 4,
                                         "micro_batch_size": 2, "lr": 1e-2}))
     assert len(seen) == 16 and max(seen) > 1.0

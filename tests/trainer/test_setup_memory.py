@@ -9,7 +9,8 @@ import torch
 from trainer import distributed
 from trainer.distributed import World
 from trainer.logprobs import PolicyLogProbs
-from trainer.loop import Trainer, load_device, reference_dtype
+from trainer.loop import Trainer
+from trainer.setup import load_device, reference_dtype
 
 
 def test_weights_load_on_the_cpu_when_sharded():

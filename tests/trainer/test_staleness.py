@@ -90,18 +90,22 @@ def test_staleness_zero_is_todays_run_bit_for_bit_without_a_copy(make_cfg):
     assert trainer.behaviour_policy is trainer.policy  # no second model, no recompute
 
 
-class RecordingTrainer(Trainer):
-    """Keeps each step's batch and the behaviour log-probs the update was given."""
+def record_updates(trainer: Trainer) -> list:
+    """Each step's batch and the behaviour log-probs the update was given, as it runs."""
+    seen, update = [], trainer.updater.update
 
-    def update(self, batch, old_logp, ref_logp, advantages, mu_logp=None):
-        self.seen.append((batch, old_logp.clone()))
-        return super().update(batch, old_logp, ref_logp, advantages, mu_logp)
+    def recording(batch, old_logp, ref_logp, advantages, mu_logp=None):
+        seen.append((batch, old_logp.clone()))
+        return update(batch, old_logp, ref_logp, advantages, mu_logp)
+
+    trainer.updater.update = recording
+    return seen
 
 
 def logprobs_with(trainer: Trainer, weights: dict, batch) -> torch.Tensor:
     model = copy.deepcopy(trainer.model)
     model.load_state_dict(weights)
-    return trainer.logprobs_no_grad(PolicyLogProbs(model), batch, False)[0]
+    return trainer.updater.logprobs_no_grad(PolicyLogProbs(model), batch, False)[0]
 
 
 @pytest.mark.parametrize(("k", "own_weights"), [(1, False), (2, True)])
@@ -112,10 +116,10 @@ def test_rollouts_sample_from_the_weights_k_steps_back(make_cfg, k, own_weights)
     samples. own_weights: the engine holds its own copy, as vLLM does, and receives the
     lagged weights pushed after each update (the hf engine samples the lag's copy itself)."""
     steps = k + 2  # k+1 steps from the initial weights, then one from theta_1
-    trainer = RecordingTrainer(make_cfg(f"k{k}", rollout={**SMALL, "staleness": k},
-                                        optim={"steps": steps, "lr": 1e-2}))
+    trainer = Trainer(make_cfg(f"k{k}", rollout={**SMALL, "staleness": k},
+                               optim={"steps": steps, "lr": 1e-2}))
     trainer.setup(track=False)
-    trainer.seen = []
+    seen = record_updates(trainer)
     if own_weights:
         trainer.engine.engine = HFEngine(copy.deepcopy(trainer.model), trainer.tokenizer,
                                          batch_size=trainer.cfg.rollout.gen_batch_size)
@@ -133,7 +137,7 @@ def test_rollouts_sample_from_the_weights_k_steps_back(make_cfg, k, own_weights)
         started_from.append(cpu_snapshot(trainer.model))
         trainer.step()
     for t in range(1, steps + 1):
-        batch, old_logp = trainer.seen[t - 1]
+        batch, old_logp = seen[t - 1]
         sampler = started_from[max(t - 1 - k, 0)]
         assert torch.equal(logprobs_with(trainer, sampler, batch), old_logp), t
         if t > 1:  # step 1 starts from the initial weights, stale or not
