@@ -8,8 +8,12 @@
   and the horizontal bar ± one standard error of the KL over seeds.
 - `frontier_designs_<scorer>.{png,pdf}`: only for a sweep that varies beta (e.g.
   config/ablations/frontier.yaml): one point per design (method x beta) at its Last
-  checkpoint, 95% t intervals over seeds on both axes, one curve per method through its
-  betas in order, each point labelled with its beta.
+  checkpoint, 95% t intervals over seeds on both axes, one curve per method (its color)
+  through its betas in order, each beta its own marker shape (a legend, not text labels
+  that would overprint where designs crowd).
+
+As in analysis.plots, a benchmark whose accuracy is the same in every point gets no panel,
+only a note under the figure, and curves that coincide exactly are drawn once.
 
 Where the evaluations carry no KL (older summaries, top_p < 1) no frontier is drawn.
 Run: part of `python -m analysis report ...`; `write_frontier_plots(eval_df, out_dir, ...)`.
@@ -23,9 +27,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.plots import legend, method_colors, panels, save_figure
+from analysis.plots import (
+    MARKERS,
+    coinciding,
+    constant_benchmarks,
+    curve_label,
+    footnote,
+    legend,
+    method_colors,
+    panels,
+    save_figure,
+)
 from analysis.stats import seed_interval
-from analysis.tables import KL_METRIC, benchmark_display, benchmark_order, label_order
+from analysis.tables import KL_METRIC, benchmark_display, label_order
 from common.metrics import metric_meta
 
 ACCURACY = "mean"
@@ -100,60 +114,80 @@ def _axes_labels(ax, bench: str) -> None:
 
 
 def _panel_curves(points: pd.DataFrame, key: str):
-    """A figure with one panel per benchmark and the curves to draw on them: (fig, axes,
-    iterator of (ax, name, rows, kl, accuracy in display units)), one curve per `key`
-    value (label or method); each panel gets its title and axis labels once its curves
-    are drawn."""
-    scale = metric_meta(ACCURACY).scale
-    benches = benchmark_order(points["benchmark"])
+    """A figure with one panel per benchmark whose accuracy varies and the curves to draw on
+    them: (fig, axes, iterator of (ax, group of `key` values drawn as one, rows, kl,
+    accuracy in display units), note on the benchmarks left out); each panel gets its title
+    and axis labels once its curves are drawn."""
+    meta = metric_meta(ACCURACY)
+    benches, note = constant_benchmarks(points.rename(columns={"acc": ACCURACY}), ACCURACY, meta)
     fig, axes = panels(len(benches))
 
     def curves():
         for ax, bench in zip(axes, benches):
             b = points[points["benchmark"] == bench]
-            for name in label_order(b[key]):
-                p = b[b[key] == name]
-                yield ax, name, p, p["kl"].to_numpy(), p["acc"].to_numpy() * scale
+            drawn = {name: (b.loc[b[key] == name, "kl"].to_numpy(),
+                            b.loc[b[key] == name, "acc"].to_numpy() * meta.scale)
+                     for name in label_order(b[key])}
+            for group in coinciding(drawn):
+                x, y = drawn[group[0]]
+                yield ax, group, b[b[key] == group[0]], x, y
             _axes_labels(ax, bench)
 
-    return fig, axes, curves()
+    return fig, axes, curves(), note
 
 
 def plot_frontier(points: pd.DataFrame, colors: dict[str, tuple], scorer: str):
     """Accuracy against KL per benchmark, one curve per label through its checkpoints."""
     scale = metric_meta(ACCURACY).scale
-    fig, axes, curves = _panel_curves(points, "label")
-    for ax, label, p, x, y in curves:
+    fig, axes, curves, note = _panel_curves(points, "label")
+    for ax, group, p, x, y in curves:
+        color = colors[group[0]]
         se, xse = p["acc_se"].to_numpy() * scale, p["kl_se"].to_numpy()
-        ax.plot(x, y, color=colors[label], label=label, marker="o", markersize=3, lw=1.4)
+        ax.plot(x, y, color=color, label=curve_label(group), marker="o", markersize=3, lw=1.4)
         if np.isfinite(se).any():
             ax.fill_between(x, y - np.nan_to_num(se), y + np.nan_to_num(se),
-                            color=colors[label], alpha=0.2, lw=0)
+                            color=color, alpha=0.2, lw=0)
         if np.isfinite(xse).any():
-            ax.errorbar(x, y, xerr=np.nan_to_num(xse), fmt="none", ecolor=colors[label],
+            ax.errorbar(x, y, xerr=np.nan_to_num(xse), fmt="none", ecolor=color,
                         alpha=0.6, lw=0.8)
     fig.suptitle(f"Accuracy vs KL to the initial model ({scorer} scorer)\ncurve through "
                  "checkpoints; mean over seeds, band and bars ± 1 s.e.", fontsize="medium")
     legend(fig, axes)
+    footnote(fig, note)
     return fig
+
+
+def beta_markers(betas) -> dict[str, str]:
+    """beta text -> marker shape, in increasing beta."""
+    ordered = sorted(set(betas), key=float)
+    return {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(ordered)}
 
 
 def plot_designs(points: pd.DataFrame, colors: dict[str, tuple], scorer: str):
     """Accuracy against KL at the Last checkpoint per design, a curve per method through
-    its betas, 95% intervals over seeds on both axes."""
+    its betas, each beta its marker, 95% intervals over seeds on both axes."""
+    from matplotlib.lines import Line2D
+
     scale = metric_meta(ACCURACY).scale
-    fig, axes, curves = _panel_curves(points, "method")
-    for ax, method, p, x, y in curves:
+    shapes = beta_markers(points["beta_text"])
+    fig, axes, curves, note = _panel_curves(points, "method")
+    for ax, group, p, x, y in curves:
+        color = colors[group[0]]
         yerr = np.nan_to_num(np.abs(np.vstack([p["acc_low"], p["acc_high"]]) * scale - y))
         xerr = np.nan_to_num(np.abs(np.vstack([p["kl_low"], p["kl_high"]]) - x))
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, color=colors[method], label=method,
-                    marker="o", markersize=3, lw=1.4, capsize=2)
-        for xi, yi, text in zip(x, y, p["beta_text"]):
-            ax.annotate(f"β={text}", (xi, yi), fontsize="x-small", xytext=(3, 3),
-                        textcoords="offset points", color=colors[method])
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, color=color, fmt="none", lw=1.0, capsize=2,
+                    alpha=0.7)
+        ax.plot(x, y, color=color, label=curve_label(group), lw=1.4)
+        for xi, yi, beta in zip(x, y, p["beta_text"]):
+            ax.plot([xi], [yi], ls="", marker=shapes[beta], markersize=6, color=color,
+                    markeredgecolor="black", markeredgewidth=0.5)
     fig.suptitle(f"Frontier per design at the Last checkpoint ({scorer} scorer)\nmean over "
-                 "seeds, bars: 95% t interval over seeds", fontsize="medium")
-    legend(fig, axes)
+                 "seeds, bars: 95% t interval over seeds; color: method, marker: beta",
+                 fontsize="medium")
+    legend(fig, axes, extra=[(Line2D([], [], ls="", marker=m, color="grey",
+                                     markeredgecolor="black", markeredgewidth=0.5),
+                              f"β = {b}") for b, m in shapes.items()])
+    footnote(fig, note)
     return fig
 
 

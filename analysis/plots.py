@@ -5,10 +5,13 @@
 - `training.{png,pdf}`: reward_mean, entropy, response_length_mean (one panel each) vs step.
 
 One line per method (run label): the mean over seeds at each step, shaded ± one standard
-error when more than one seed reached that step. A method keeps its color in every figure
-(`method_colors`). Axis labels, units and percent scaling come from the metric registry
-(`common.metrics.metric_meta`), never from guesses here. Rendering uses matplotlib's
-object API with the Agg canvas (no pyplot state, no display needed).
+error when more than one seed reached that step. A method keeps its color, marker and line
+style in every figure (`method_styles`), so curves that nearly coincide stay apart; curves
+that coincide exactly are drawn once, the legend naming every label they stand for. A
+benchmark whose every value in the figure is the same (a tiny model's 0 on AIME24) gets no
+panel, only a note under the figure. Axis labels, units and percent scaling come from the
+metric registry (`common.metrics.metric_meta`), never from guesses here. Rendering uses
+matplotlib's object API with the Agg canvas (no pyplot state, no display needed).
 
 Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, out_dir)`.
 """
@@ -33,6 +36,10 @@ BAND = "line: mean over seeds, band: ± 1 standard error"
 PANEL_SIZE = (4.0, 3.0)  # inches per panel; the paper's Figure 4 panels are about this shape
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+LINESTYLES = ("-", "--", "-.", ":")
+
+
 def method_colors(labels) -> dict[str, tuple]:
     """label -> RGB, assigned in `label_order`; tab10 up to 10 methods, tab20 beyond (cycled).
 
@@ -41,6 +48,61 @@ def method_colors(labels) -> dict[str, tuple]:
     ordered = label_order(labels)
     palette = matplotlib.colormaps["tab10" if len(ordered) <= 10 else "tab20"].colors
     return {lab: tuple(palette[i % len(palette)]) for i, lab in enumerate(ordered)}
+
+
+def method_styles(labels) -> dict[str, tuple[str, str]]:
+    """label -> (marker, line style), assigned in `label_order` like the colors: two curves
+    that nearly coincide still show two markers and two dash patterns."""
+    return {lab: (MARKERS[i % len(MARKERS)], LINESTYLES[i % len(LINESTYLES)])
+            for i, lab in enumerate(label_order(labels))}
+
+
+def constant_benchmarks(df: pd.DataFrame, metric: str, meta) -> tuple[list[str], str]:
+    """(the benchmarks of `df` to draw, a note naming those left out): a benchmark whose
+    every `metric` value is one and the same shows nothing a panel could, so it gets the
+    note "AIME24 is not drawn: every value is 0.00." instead."""
+    keep, notes = [], []
+    for bench in benchmark_order(df["benchmark"]):
+        values = df.loc[df["benchmark"] == bench, metric].dropna().unique()
+        if len(values) == 1 and df["benchmark"].nunique() > 1:
+            notes.append(f"{benchmark_display(bench)} is not drawn: every value is "
+                         f"{meta.format(float(values[0]))}.")
+        else:
+            keep.append(bench)
+    return keep, " ".join(notes)
+
+
+def coinciding(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[list[str]]:
+    """Groups of labels whose curves are the same points (x and y equal to 1e-9), in
+    label order: each group is drawn once."""
+    groups: list[list[str]] = []
+    for label in label_order(curves):
+        x, y = curves[label]
+        for g in groups:
+            gx, gy = curves[g[0]]
+            if len(gx) == len(x) and np.allclose(gx, x, rtol=0, atol=1e-9) \
+                    and np.allclose(gy, y, rtol=0, atol=1e-9, equal_nan=True):
+                g.append(label)
+                break
+        else:
+            groups.append([label])
+    return groups
+
+
+def curve_label(group: list[str]) -> str:
+    """The legend entry of a drawn curve: its label, or every label it stands for."""
+    return group[0] if len(group) == 1 else f"{' = '.join(group)} (identical)"
+
+
+def footnote(fig: Figure, note: str) -> None:
+    """A one-line note under the panels: the title of the legend there (a separate text
+    would collide with it), else a label of its own."""
+    if not note:
+        return
+    if fig.legends:
+        fig.legends[0].set_title(note, prop={"size": "small", "style": "italic"})
+    else:
+        fig.supxlabel(note, fontsize="small", style="italic")
 
 
 def seed_band(df: pd.DataFrame, metric: str, smooth: int = 1) -> pd.DataFrame:
@@ -62,36 +124,56 @@ def seed_band(df: pd.DataFrame, metric: str, smooth: int = 1) -> pd.DataFrame:
     return out.reset_index()
 
 
+MIN_WIDTH = 7.0  # inches: a one-panel figure still fits its title and legend
+
+
 def panels(n: int) -> tuple[Figure, list]:
-    fig = Figure(figsize=(PANEL_SIZE[0] * n, PANEL_SIZE[1] + 0.6), layout="constrained")
+    fig = Figure(figsize=(max(PANEL_SIZE[0] * n, MIN_WIDTH), PANEL_SIZE[1] + 0.6),
+                 layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, n, squeeze=False)[0]
     return fig, list(axes)
 
 
-def _draw(ax, band: pd.DataFrame, colors: dict[str, tuple], scale: float, marker: str) -> None:
-    for label in label_order(band["label"]):
+def _draw(ax, band: pd.DataFrame, colors: dict[str, tuple], scale: float,
+          markers: bool) -> None:
+    """One curve per label (markers: each label's own), identical curves once."""
+    styles = method_styles(colors)
+    curves = {label: (band.loc[band["label"] == label, "step"].to_numpy(),
+                      band.loc[band["label"] == label, "mean"].to_numpy() * scale)
+              for label in band["label"].unique()}
+    for group in coinciding(curves):
+        label = group[0]
         b = band[band["label"] == label]
-        x, y, se = b["step"].to_numpy(), b["mean"].to_numpy() * scale, b["se"].to_numpy() * scale
-        ax.plot(x, y, color=colors[label], label=label, marker=marker, markersize=3, lw=1.4)
+        x, y, se = curves[label][0], curves[label][1], b["se"].to_numpy() * scale
+        marker, style = styles[label]
+        ax.plot(x, y, color=colors[label], label=curve_label(group),
+                marker=marker if markers else "", markersize=4, lw=1.4, ls=style)
         if np.isfinite(se).any():
             ax.fill_between(x, y - se, y + se, color=colors[label], alpha=0.2, lw=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are integers
 
 
-def legend(fig: Figure, axes: list) -> None:
+def legend(fig: Figure, axes: list, extra: list | None = None) -> None:
+    """One legend under the panels: each labelled curve once, then `extra` (handle, label)
+    pairs (e.g. what the markers mean)."""
     handles, labels = {}, []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in handles:
                 handles[lab] = h
                 labels.append(lab)
+    for h, lab in extra or []:
+        handles[lab] = h
+        labels.append(lab)
     if labels:
+        # as many columns as the widest entry leaves room for (~11 characters an inch)
+        per_row = int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6)
         fig.legend(
             [handles[lab] for lab in labels],
             labels,
             loc="outside lower center",
-            ncols=min(len(labels), 4),
+            ncols=max(1, min(len(labels), 4, per_row)),
             fontsize="small",
             frameon=False,
         )
@@ -122,26 +204,28 @@ def plot_accuracy(
     eval_df: pd.DataFrame, scorer: str, colors: dict[str, tuple], metric: str = "mean",
     initial: pd.DataFrame | None = None,
 ) -> Figure:
-    """One panel per benchmark: `metric` of `scorer` vs step, one line per label, starting
-    at step 0 from the initial model's evaluation when `initial` holds it."""
+    """One panel per benchmark whose values vary: `metric` of `scorer` vs step, one line per
+    label, starting at step 0 from the initial model's evaluation when `initial` holds it;
+    the benchmarks left out are named under the figure."""
     meta = metric_meta(metric)
     df = eval_df[eval_df["scorer"] == scorer]
     if df.empty:
         raise ValueError(f"no evaluation rows for scorer {scorer!r}")
     df = with_initial_point(df, initial, metric)
-    benches = benchmark_order(df["benchmark"])
+    benches, note = constant_benchmarks(df, metric, meta)
     fig, axes = panels(len(benches))
     ns = sorted({int(x) for x in df["n"].dropna()}) if "n" in df else []
     name = meta.display.replace("@n", f"@{ns[0]}") if len(ns) == 1 else meta.display
     for ax, bench in zip(axes, benches):
         band = seed_band(df[df["benchmark"] == bench], metric)
-        _draw(ax, band, colors, meta.scale, marker="o")
+        _draw(ax, band, colors, meta.scale, markers=True)
         ax.set_title(benchmark_display(bench))
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Evaluation accuracy ({scorer} scorer); {BAND}")
+    fig.suptitle(f"Evaluation accuracy ({scorer} scorer)\n{BAND}", fontsize="medium")
     legend(fig, axes)
+    footnote(fig, note)
     return fig
 
 
@@ -156,13 +240,13 @@ def plot_training(
     fig, axes = panels(len(metrics))
     for ax, metric in zip(axes, metrics):
         meta = metric_meta(metric)
-        _draw(ax, seed_band(train_df, metric, smooth), colors, meta.scale, marker="")
+        _draw(ax, seed_band(train_df, metric, smooth), colors, meta.scale, markers=False)
         ax.set_title(meta.display)
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label())
         ax.grid(alpha=0.3)
     title = "Training dynamics" + (f" (rolling mean over {smooth} steps)" if smooth > 1 else "")
-    fig.suptitle(f"{title}; {BAND}")
+    fig.suptitle(f"{title}\n{BAND}", fontsize="medium")
     legend(fig, axes)
     return fig
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from analysis_fixtures import summary
 from matplotlib.collections import PolyCollection
@@ -67,9 +70,14 @@ def test_one_color_per_method_across_figures(sweep):
     acc = _line_colors(plot_accuracy(col.eval, "dapo", colors))
     train_fig = plot_training(col.train, colors)
     train = _line_colors(train_fig)
-    assert set(train) == {"DAPO", "GRPO", "RPG-URKL", "REINFORCE++"}
+    # the fixture's one-seed runs log the same training curves: drawn once, every label named
+    first = {entry: entry.removesuffix(" (identical)").split(" = ") for entry in train}
+    assert {lab for labs in first.values() for lab in labs} == {"DAPO", "GRPO", "RPG-URKL",
+                                                                "REINFORCE++"}
     for label, seen in acc.items():
-        assert seen == train[label] == {colors[label]}
+        assert seen == {colors[label]}
+    for entry, seen in train.items():
+        assert seen == {colors[first[entry][0]]}
     assert len(set(colors.values())) == len(colors)
     # shaded band only where two seeds exist: RPG-URKL, in each accuracy panel
     fig = plot_accuracy(col.eval, "dapo", colors)
@@ -117,3 +125,82 @@ def test_accuracy_curves_start_at_step_0_from_the_initial_model(sweep):
         assert list(x[:1]) == [0] and y[0] == pytest.approx(12.5) and list(x[1:3]) == [10, 20]
     assert all(line.get_data()[0][0] == 10 for line in amc.get_lines())
     assert len(aime.get_lines()) == col.eval.loc[col.eval.benchmark == "aime24", "label"].nunique()
+
+
+def _curves(means: dict[str, dict[str, list[float]]]):
+    """eval rows: {label: {bench: [mean at step 10, 20, 30]}}, one seed each."""
+    rows = [{"run_id": f"{label}_s0", "label": label, "seed": 0, "step": 10 * (i + 1),
+             "benchmark": bench, "scorer": "dapo", "mean": v, "n": 4}
+            for label, by_bench in means.items() for bench, values in by_bench.items()
+            for i, v in enumerate(values)]
+    return pd.DataFrame(rows)
+
+
+def test_a_benchmark_with_one_value_everywhere_gets_a_note_not_a_panel():
+    ev = _curves({"DAPO": {"aime24": [0, 0, 0], "toy": [0.2, 0.3, 0.25]},
+                  "GRPO": {"aime24": [0, 0, 0], "toy": [0.2, 0.25, 0.3]}})
+    fig = plot_accuracy(ev, "dapo", method_colors(["DAPO", "GRPO"]))
+    assert [ax.get_title() for ax in fig.axes] == ["Toy"]
+    assert fig.legends[0].get_title().get_text() == "AIME24 is not drawn: every value is 0.00."
+    for ax in fig.axes:  # no panel of the figure is flat
+        ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
+        assert len(np.unique(ys)) > 1
+    # a sweep with that benchmark alone still draws it (there is nothing else to show)
+    only = plot_accuracy(ev[ev.benchmark == "aime24"], "dapo", method_colors(["DAPO", "GRPO"]))
+    assert [ax.get_title() for ax in only.axes] == ["AIME24"]
+
+
+def test_identical_curves_are_drawn_once_and_near_ones_apart():
+    ev = _curves({"A": {"toy": [0.2, 0.3, 0.25]}, "B": {"toy": [0.2, 0.3, 0.25]},
+                  "C": {"toy": [0.2, 0.3, 0.251]}, "D": {"toy": [0.1, 0.2, 0.3]}})
+    colors = method_colors(["A", "B", "C", "D"])
+    (ax,) = plot_accuracy(ev, "dapo", colors).axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"A = B (identical)", "C", "D"}
+    # C nearly coincides with A and B: its own marker and dash pattern tell it apart
+    a, c = lines["A = B (identical)"], lines["C"]
+    assert a.get_marker() != c.get_marker() and a.get_linestyle() != c.get_linestyle()
+    assert tuple(a.get_color()) == colors["A"]
+
+
+def test_frontier_designs_mark_beta_by_shape_and_print_no_labels():
+    from analysis.frontier import plot_designs
+
+    pts = pd.DataFrame([{"method": m, "beta": b, "beta_text": str(b), "benchmark": "toy",
+                         "acc": 0.2 + 0.01 * i, "acc_low": 0.15, "acc_high": 0.3,
+                         "kl": 1.0 + 0.001 * i, "kl_low": 0.9, "kl_high": 1.1, "k": 3}
+                        for i, (m, b) in enumerate((m, b) for m in ("GRPO", "RPG")
+                                                   for b in (0.001, 0.01, 1.0))])
+    fig = plot_designs(pts, method_colors(["GRPO", "RPG"]), "dapo")
+    (ax,) = fig.axes
+    assert len(ax.texts) == 0  # nothing to overprint where designs crowd
+    markers = {line.get_marker() for line in ax.get_lines()
+               if line.get_linestyle() == "None" and line.get_marker() not in ("_", "|")}
+    assert len(markers) == 3  # one shape per beta (the error bars' caps aside)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["GRPO", "RPG", "β = 0.001", "β = 0.01", "β = 1.0"]
+
+
+@pytest.mark.parametrize("snapshot", sorted(
+    p.name for p in (Path(__file__).resolve().parents[2] / "docs" / "runs").iterdir()))
+def test_no_shipped_snapshot_figure_has_a_flat_panel(snapshot):
+    """The figures of every docs/runs snapshot, redrawn from its tables: each panel's
+    accuracy varies (AIME24 at 0 everywhere is a note, not a panel)."""
+    from analysis.frontier import checkpoint_points, design_points, plot_designs, plot_frontier
+
+    tables = Path(__file__).resolve().parents[2] / "docs" / "runs" / snapshot / "tables"
+    ev = pd.read_csv(tables / "eval_metrics.csv")
+    for col in [c for c in ev.columns if c.startswith("tag_")]:
+        ev[col] = ev[col].fillna("").astype(str)
+    colors = method_colors(ev["label"])
+    figs = [plot_accuracy(ev, "dapo", colors)]
+    points = checkpoint_points(ev, "dapo")
+    if not points.empty:
+        figs.append(plot_frontier(points, colors, "dapo"))
+    designs = design_points(ev, "dapo")
+    if not designs.empty:
+        figs.append(plot_designs(designs, method_colors(designs["method"]), "dapo"))
+    for fig in figs:
+        for ax in fig.axes:
+            ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
+            assert len(np.unique(ys)) > 1, (snapshot, ax.get_title())
