@@ -9,12 +9,19 @@ registered attention function that row with no mask (this module's mask function
 None there, so no dense N x N block mask is ever built) and the position ids; the function
 cuts the row where they restart and attends within each piece, causally:
 
-- on a GPU in bf16/fp16: `torch.nn.attention.varlen.varlen_attn(q, k, v, cu_seq, cu_seq,
-  max_len, max_len, scale=..., window_size=(-1, 0))` (causal is `window_size == (-1, 0)`,
-  torch >= 2.11), with `enable_gqa=True` where the installed torch has it (2.12) and the
-  key/value heads repeated where it does not;
-- elsewhere (CPU, float32/float64): the exact fallback, one causal sdpa per piece, so the
-  padding-free tests against the padded batch cover the same function.
+- on a GPU in bf16/fp16 with a head dim the flash kernel takes (a multiple of 8, at most
+  256): `torch.nn.attention.varlen.varlen_attn(q, k, v, cu_seq, cu_seq, max_len, max_len,
+  scale=..., window_size=(-1, 0))` (causal is `window_size == (-1, 0)`, torch >= 2.11).
+  Grouped-query k/v go unrepeated: 2.12+ is told so (`enable_gqa=True`); 2.11's wrapper has
+  no such flag and no head check, and its aten kernel takes Hq a multiple of Hkv natively
+  (forward and backward), so the heads are repeated only if that call raises;
+- elsewhere (CPU, float32/float64, another head dim): the exact fallback, one causal sdpa
+  per piece, so the padding-free tests against the padded batch cover the same function.
+
+The pieces (`cu_seq`, the longest) cost a host sync; the packed forward computes them once
+per micro-batch (`packing_kwargs`) and hands them to every layer as transformers'
+`cu_seq_lens_q` / `max_length_q` keyword arguments, so a compiled layer has no data-
+dependent break and no sync inside.
 
 Anything else (a padded batch with its 2-D mask, decoding with a KV cache, the shared-prompt
 pass) is not padding-free and goes to transformers' own sdpa path with sdpa's mask: the
@@ -27,6 +34,7 @@ D head dim.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -38,6 +46,8 @@ NAME = "torch_varlen"
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)  # the flash kernel behind varlen_attn
 
 
+MAX_HEAD_DIM = 256  # the flash kernel's limits (aten flash_api.cpp): a multiple of 8, <= 256
+
 try:  # imported here, not on first use: it registers the torch_attn ops selective
     # checkpointing's policy looks up (trainer.parallelize)
     from torch.nn.attention.varlen import varlen_attn as _varlen_attn
@@ -45,16 +55,32 @@ except ImportError:  # a torch before varlen_attn
     _varlen_attn = None
 
 
+@functools.cache
+def _parameters(fn) -> frozenset:
+    return frozenset(inspect.signature(fn).parameters)
+
+
 def kernel():
     """torch's `varlen_attn`, or None where the installed torch has none (before 2.11)."""
-    if _varlen_attn is None or "window_size" not in inspect.signature(_varlen_attn).parameters:
+    if _varlen_attn is None or "window_size" not in _parameters(_varlen_attn):
         return None
     return _varlen_attn
 
 
-def uses_kernel(query: torch.Tensor) -> bool:
-    """The decision: the CUDA kernel for bf16/fp16 on a GPU, the exact fallback otherwise."""
-    return query.is_cuda and query.dtype in KERNEL_DTYPES and kernel() is not None
+def kernel_fits(on_gpu: bool, dtype: torch.dtype, heads: int, head_dim: int,
+                kv_heads: int) -> bool:
+    """Whether torch's flash varlen kernel runs these shapes: a GPU, bf16/fp16, a head dim
+    that is a multiple of 8 and at most 256, query heads a multiple of the key/value heads;
+    otherwise the exact fallback computes (a model outside the limits falls back instead of
+    failing inside the kernel, on a GPU only)."""
+    return (on_gpu and dtype in KERNEL_DTYPES and kernel() is not None
+            and head_dim % 8 == 0 and head_dim <= MAX_HEAD_DIM and heads % kv_heads == 0)
+
+
+def uses_kernel(query: torch.Tensor, kv_heads: int | None = None) -> bool:
+    """`kernel_fits` for a query (..., H, D) and its key/value heads (default: as many)."""
+    heads, head_dim = query.shape[-2], query.shape[-1]
+    return kernel_fits(query.is_cuda, query.dtype, heads, head_dim, kv_heads or heads)
 
 
 def pieces(position_ids: torch.Tensor | None, batch: int, length: int,
@@ -73,15 +99,20 @@ def pieces(position_ids: torch.Tensor | None, batch: int, length: int,
 
 
 def _attend_kernel(q, k, v, cu_seq, max_len, scale, gqa_groups):
-    """q (N, Hq, D), k/v (N, Hkv, D) -> (N, Hq, D) through torch's varlen kernel."""
+    """q (N, Hq, D), k/v (N, Hkv, D) -> (N, Hq, D) through torch's varlen kernel, k/v
+    unrepeated (see module doc)."""
     varlen_attn = kernel()
     kwargs = {"scale": scale, "window_size": (-1, 0)}  # a tuple: causal is `== (-1, 0)`
-    if gqa_groups > 1:
-        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
-            kwargs["enable_gqa"] = True
-        else:  # torch 2.11: one key/value head per query head
-            k, v = k.repeat_interleave(gqa_groups, dim=1), v.repeat_interleave(gqa_groups, dim=1)
-    return varlen_attn(q, k, v, cu_seq, cu_seq, max_len, max_len, **kwargs)
+    if gqa_groups > 1 and "enable_gqa" in _parameters(varlen_attn):
+        kwargs["enable_gqa"] = True
+    try:
+        return varlen_attn(q, k, v, cu_seq, cu_seq, max_len, max_len, **kwargs)
+    except RuntimeError:
+        if gqa_groups == 1 or "enable_gqa" in kwargs:
+            raise
+        # a 2.11 build whose kernel refuses grouped heads: one key/value head per query head
+        k, v = k.repeat_interleave(gqa_groups, dim=1), v.repeat_interleave(gqa_groups, dim=1)
+        return varlen_attn(q, k, v, cu_seq, cu_seq, max_len, max_len, **kwargs)
 
 
 def _attend_pieces(q, k, v, cu_seq, scale, gqa_groups):
@@ -116,16 +147,30 @@ def varlen_attention_forward(module, query, key, value, attention_mask, dropout:
     if torch.is_autocast_enabled(device.type):  # rotary may have promoted q, k to float32
         dtype = torch.get_autocast_dtype(device.type)
         query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
-    cu_seq, max_len = pieces(kwargs.get("position_ids"), B, L, device)
+    cu_seq, max_len = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
+    if cu_seq is None or max_len is None:  # not handed down by the packed forward
+        cu_seq, max_len = pieces(kwargs.get("position_ids"), B, L, device)
     # (B, H, L, D) -> (B * L, H, D): the rows one after another, as the pieces count them
     q, k, v = (x.transpose(1, 2).reshape(B * L, x.shape[1], D) for x in (query, key, value))
     groups = Hq // key.shape[1]
     scale = scaling if scaling is not None else D**-0.5
-    if uses_kernel(q):
+    if uses_kernel(q, key.shape[1]):
         out = _attend_kernel(q, k, v, cu_seq, max_len, scale, groups)
     else:
         out = _attend_pieces(q, k, v, cu_seq, scale, groups)
     return out.reshape(B, L, Hq, D), None
+
+
+def packing_kwargs(model, position_ids: torch.Tensor) -> dict:
+    """What a padding-free forward hands every layer (transformers passes these keyword
+    arguments down to the attention function): the pieces of the one packed row (1, N),
+    computed here once (one host sync) instead of in every layer. {} for a model that does
+    not attend with this implementation."""
+    if getattr(model.config, "_attn_implementation", None) != NAME:
+        return {}
+    cu_seq, max_len = pieces(position_ids, 1, position_ids.shape[-1], position_ids.device)
+    return {"cu_seq_lens_q": cu_seq, "cu_seq_lens_k": cu_seq, "max_length_q": max_len,
+            "max_length_k": max_len}
 
 
 def varlen_mask(*args, attention_mask=None, **kwargs):

@@ -208,20 +208,32 @@ def unsharded(model: torch.nn.Module, world: World):
 
     `unshard()`/`reshard()` act on one module's own parameters, not its children's, so
     each FSDP module is gathered and released: otherwise the layers would gather lazily at
-    their first forward and keep their full weights after generation."""
+    their first forward and keep their full weights after generation. On the way out each
+    module gets FSDP2's default back (`restore_reshard_defaults`); an unshard that fails
+    half-way still reshards what it gathered."""
     if not world.distributed:
         yield
         return
     modules = fsdp_modules(model)
-    model.set_reshard_after_forward(False, recurse=True)
-    for m in modules:
-        m.unshard()
     try:
+        model.set_reshard_after_forward(False, recurse=True)
+        for m in modules:
+            m.unshard()
         yield
     finally:
         for m in modules:
             m.reshard()
-        model.set_reshard_after_forward(True, recurse=True)
+        restore_reshard_defaults(model)
+
+
+def restore_reshard_defaults(root: torch.nn.Module) -> None:
+    """FSDP2's `reshard_after_forward` defaults on `root` and its FSDP children: the layers
+    reshard after each forward (their all-gather is what sharding saves), the root keeps
+    its parameters (the embeddings and head, needed again by the backward). A plain
+    `set_reshard_after_forward(True)` would leave the root resharding after every forward,
+    so every later micro-batch gathers the float32 embedding and head again."""
+    root.set_reshard_after_forward(True, recurse=True)
+    root.set_reshard_after_forward(False, recurse=False)
 
 
 # ------------------------------------------------------------------ set-up: rank 0 reads

@@ -235,11 +235,14 @@ def _packed_states(backbone, batch: PackedBatch) -> torch.Tensor:
     get a block-diagonal causal mask that transformers builds from the position ids. No
     padding token is computed. Rows are contiguous in `attention_mask` (left-padded prompt,
     then the response), so a row-major selection keeps each row's tokens together."""
+    from trainer import attention  # transformers: not when the DAG build reads the sizes here
+
     real = batch.attention_mask.bool()
     input_ids = batch.input_ids[real][None]  # (1, N)
     position_ids = (batch.attention_mask.cumsum(-1) - 1)[real][None]  # (1, N)
-    hidden = backbone(input_ids=input_ids, position_ids=position_ids,
-                      use_cache=False).last_hidden_state[0]  # (N, H)
+    hidden = backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                      **attention.packing_kwargs(backbone, position_ids)
+                      ).last_hidden_state[0]  # (N, H)
     lengths = real.sum(-1)  # (B,)
     starts = lengths.cumsum(0) - lengths
     T = batch.response_mask.shape[1]

@@ -11,16 +11,23 @@
 
 Checkpointing and compilation act inside each decoder layer, FSDP2 around it; a held
 reference or lagged copy is set up the same way without checkpointing (it never runs a
-backward). The levers keep the log-probs and gradients those of the plain path (tests in
-tests/trainer/test_parallelize.py); docs/performance.md has what they buy on a GPU.
+backward). As torchtitan does, each layer's forward is wrapped for checkpointing first and
+the layer compiled second, so the compiled graph holds the checkpoint and the selective
+policy chooses per op inside it. The other order (transformers' checkpointing around a
+compiled layer: checkpoint(compile(layer))) cannot see into inductor's region, so
+"selective" recomputed every matmul, exactly as "full" (issue 46). The levers keep the
+log-probs and gradients those of the plain path (tests in tests/trainer/test_parallelize.py);
+docs/performance.md has what they buy on a GPU.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import types
 
 import torch
+import torch.utils.checkpoint
 
 from trainer import attention, distributed
 from trainer.logprobs import PolicyLogProbs
@@ -93,14 +100,41 @@ def compile_layers(model) -> None:
         layer.compile()
 
 
+def _checkpointed_forward(layer, *args, **kwargs):
+    """A decoder layer's forward under `torch.utils.checkpoint` (with its mode's keyword
+    arguments, `layer._checkpoint_kwargs`) where autograd records; plain otherwise
+    (generation, log-prob passes without grad: nothing to recompute). Bound to the layer
+    as a method, so a deep copy of the model binds it to the copy."""
+    forward = type(layer).forward
+    if not torch.is_grad_enabled():
+        return forward(layer, *args, **kwargs)
+    return torch.utils.checkpoint.checkpoint(forward, layer, *args, **layer._checkpoint_kwargs,
+                                             **kwargs)
+
+
+def checkpoint_layers(model, mode: str) -> None:
+    """Activation checkpointing of each decoder layer's forward, in place (parameter names
+    unchanged). The module's hooks (FSDP2's all-gather and input cast) stay outside the
+    checkpoint: what enters a recompute is what entered the forward."""
+    kwargs = checkpoint_kwargs(mode)
+    for layer in decoder_layers(model):
+        layer._checkpoint_kwargs = kwargs
+        layer.forward = types.MethodType(_checkpointed_forward, layer)
+
+
 def prepare_layers(model, model_cfg, *, train: bool) -> None:
     """Steps 2 and 3 on `model`'s decoder layers, in place: checkpointing (`train` only: a
-    copy that never runs a backward has nothing to recompute), then compilation."""
-    if train and model_cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs=checkpoint_kwargs(model_cfg.checkpointing))
+    copy that never runs a backward has nothing to recompute), then compilation, which
+    compiles the checkpointed forward."""
+    ckpt = train and model_cfg.gradient_checkpointing
+    if ckpt:
+        checkpoint_layers(model, model_cfg.checkpointing)
     if model_cfg.compile:
         compile_layers(model)
+        if ckpt and hasattr(torch._C._dynamo.eval_frame, "_set_lru_cache"):
+            # as torchtitan: with several cache entries per frame, the recompute may pick
+            # another entry than the forward did (pytorch#166926)
+            torch._C._dynamo.eval_frame._set_lru_cache(False)
 
 
 def parallelize(model, model_cfg, world: distributed.World, device_type: str,

@@ -21,6 +21,8 @@ T new tokens, V vocabulary.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -197,6 +199,17 @@ def sampling_warpers(temperature: float, top_p: float) -> LogitsProcessorList:
     return warpers
 
 
+def takes_logits_to_keep(model) -> bool:
+    """Whether the model's forward can compute the head at the last positions only (the
+    test `generate` makes: `GenerationMixin._supports_logits_to_keep`)."""
+    return _forward_takes(type(model), "logits_to_keep")
+
+
+@functools.cache
+def _forward_takes(cls, name: str) -> bool:
+    return name in inspect.signature(cls.forward).parameters
+
+
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies: torch.Tensor,
            *, warpers: LogitsProcessorList, greedy: bool, max_new_tokens: int, ends: set[int],
            pad_id: int, logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -207,18 +220,22 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, copies:
     transformers `generate`'s sampling loop (`_sample`, one DynamicCache, float32 scores,
     `softmax` + `multinomial` or `argmax`, finished rows fed the pad token, stop when every
     row has an EOS or after max_new_tokens), except the prefill: it runs on the U distinct
-    prompts, then the cache and last-position logits are copied to the B rows. T' is the
-    step at which the last row finished. One host sync per token (the all-finished test).
+    prompts, then the cache and last-position logits are copied to the B rows. As in
+    `generate`, the prefill computes the head at the last position only (`logits_to_keep=1`,
+    where the model takes it): the (U, L, V) logits would be ~6 GB at a 152k vocabulary.
+    T' is the step at which the last row finished. One host sync per token (the all-
+    finished test).
     """
     from transformers import DynamicCache
 
     expand = torch.repeat_interleave(torch.arange(len(copies), device=copies.device),
                                      copies)  # (B,) row -> its prompt
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    last_only = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
     out = model(input_ids=input_ids, past_key_values=cache, attention_mask=attention_mask,
-                use_cache=True, return_dict=True)
+                use_cache=True, return_dict=True, **last_only)
     logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)[expand]  # (B, V)
-    del out  # the prefill's (U, L, V) logits
+    del out
     cache.reorder_cache(expand)  # every layer's (U, heads, L, d) keys/values -> (B, ...)
     mask = attention_mask[expand]  # (B, L)
     eos = torch.tensor(sorted(ends), device=input_ids.device)

@@ -6,6 +6,7 @@ loss before any optimizer); a 2 x 2 mesh (two "nodes" of two ranks) builds and t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,19 @@ def test_checkpointing_under_the_bf16_policy_survives_fsdp2_before_torch_2_13(ti
     for name, g in full["grads"].items():
         assert torch.isfinite(g).all() and g.abs().sum() > 0, name
         torch.testing.assert_close(selective["grads"][name], g, rtol=0, atol=0)
+
+
+def test_unsharded_keeps_fsdp2_defaults():
+    """Generation's full weights (`distributed.unsharded`) leave FSDP2 as it was: the root
+    keeps its gathered parameters after a forward (the default: its float32 embeddings and
+    head serve the backward), the layers reshard; so after a rollout no micro-batch gathers
+    the root again. The old exit set the root to reshard after every forward."""
+    import json
+
+    proc = subprocess.run([sys.executable, str(HERE / "reshard_probe.py")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["first"] == [False, True]  # FSDP2's defaults: root keeps, layers reshard
+    assert got["inside"] == [False, False]  # one all-gather in, none per forward
+    assert got["after"] == got["after_error"] == [False, True]

@@ -3,6 +3,7 @@ tested for real in tests/vllm/."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -321,3 +322,23 @@ def test_hf_generate_draws_exactly_what_generate_draws(n, temperature, top_p, ba
     assert [s.token_ids for group in ours for s in group] == reference
     lengths = {len(ids) for ids in reference}
     assert len(lengths) > 1  # rows finished at different steps
+
+
+def test_the_prefill_computes_the_head_at_the_last_position_only(model_and_tok, monkeypatch):
+    """As generate does: `logits_to_keep=1` on the prefill, so no (U, L, V) logits are
+    built (about 6 GB at a 152k vocabulary); decoding feeds one token a step anyway."""
+    model, tok = model_and_tok
+    shapes, forward = [], type(model).forward
+
+    @functools.wraps(forward)  # the signature the engine inspects stays the model's
+    def recording(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        shapes.append((kwargs.get("logits_to_keep"), tuple(out.logits.shape)))
+        return out
+
+    monkeypatch.setattr(type(model), "forward", recording)
+    hf_generate(model, tok, _prompts(tok), n=2, temperature=1.0, top_p=1.0,
+                max_new_tokens=3, seed=0)
+    (keep, prefill), *decoding = shapes
+    assert keep == 1 and prefill[1] == 1  # (U, 1, V), not (U, L, V)
+    assert all(shape[1] == 1 for _, shape in decoding)

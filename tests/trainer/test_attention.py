@@ -110,15 +110,18 @@ def test_pieces_start_at_rows_and_position_restarts():
     assert cu.tolist() == [0, 4, 8]
 
 
-def _recorder(calls: list, with_gqa: bool):
+def _recorder(calls: list, with_gqa: bool, refuse_groups: bool = False):
     """A stand-in for torch's varlen_attn (2.12's signature, or 2.11's without enable_gqa)
-    that records its arguments and computes with the exact fallback."""
+    that records its arguments and computes with the exact fallback; `refuse_groups`: a
+    kernel that raises on grouped k/v heads, as a build without native GQA would."""
     def record(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None,
                window_size=(-1, -1), enable_gqa=False):
         calls.append(dict(q=query, k=key, v=value, cu_q=cu_seq_q, cu_k=cu_seq_k, max_q=max_q,
                           max_k=max_k, scale=scale, window_size=window_size,
                           enable_gqa=enable_gqa))
         groups = query.shape[1] // key.shape[1]
+        if refuse_groups and groups > 1:
+            raise RuntimeError("Number of heads in key/value must equal those of query")
         return attention._attend_pieces(query, key, value, cu_seq_q, scale, groups)
 
     if with_gqa:
@@ -137,11 +140,11 @@ def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
     kernel = _recorder(calls, with_gqa)
     assert ("enable_gqa" in inspect.signature(kernel).parameters) == with_gqa
     monkeypatch.setattr(attention, "kernel", lambda: kernel)
-    monkeypatch.setattr(attention, "uses_kernel", lambda q: True)  # as on a GPU in bf16
+    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)  # a GPU in bf16
     model, batch = _model(attn=attention.NAME), _batch()
     with torch.no_grad():
         got, _ = response_logprobs(model, batch, padding_free=True)
-        monkeypatch.setattr(attention, "uses_kernel", lambda q: False)
+        monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: False)
         want, _ = response_logprobs(model, batch, padding_free=True)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
     assert len(calls) == CFG["num_hidden_layers"]
@@ -151,7 +154,8 @@ def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
     for c in calls:
         n = sum(lengths)
         assert c["q"].shape == (n, 4, 8)  # (N, Hq, D)
-        assert c["k"].shape == c["v"].shape == (n, 2 if with_gqa else 4, 8)  # GQA or repeated
+        # grouped k/v unrepeated: 2.12+ with enable_gqa, 2.11 (no flag) natively
+        assert c["k"].shape == c["v"].shape == (n, 2, 8)
         assert c["enable_gqa"] is with_gqa
         assert c["cu_q"].dtype == torch.int32 and torch.equal(c["cu_q"], cu)
         assert c["cu_k"] is c["cu_q"]
@@ -160,20 +164,59 @@ def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
         assert c["scale"] == layer.scaling
 
 
+def test_a_211_kernel_that_refuses_grouped_heads_gets_them_repeated(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(attention, "kernel", lambda: _recorder(calls, False, refuse_groups=True))
+    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)
+    model, batch = _model(attn=attention.NAME), _batch()
+    with torch.no_grad():
+        got, _ = response_logprobs(model, batch, padding_free=True)
+        monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: False)
+        want, _ = response_logprobs(model, batch, padding_free=True)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    # per layer: the grouped call (refused), then the repeated one
+    assert [c["k"].shape[1] for c in calls] == [2, 4] * CFG["num_hidden_layers"]
+
+
+def test_the_pieces_are_found_once_per_forward_not_per_layer(monkeypatch):
+    """One host sync per micro-batch: the packed forward hands the pieces to every layer
+    (transformers' cu_seq_lens_q / max_length_q keyword arguments)."""
+    found = []
+    real = attention.pieces
+
+    def counting(*args):
+        found.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(attention, "pieces", counting)
+    model, batch = _model(attn=attention.NAME), _batch()
+    with torch.no_grad():
+        response_logprobs(model, batch, padding_free=True)
+    assert len(found) == 1 and CFG["num_hidden_layers"] > 1
+
+
 def test_under_autocast_the_kernel_gets_the_compute_dtype(monkeypatch):
     """Rotary in float32 can promote q and k past autocast; the kernel takes one dtype."""
     calls: list = []
     monkeypatch.setattr(attention, "kernel", lambda: _recorder(calls, True))
-    monkeypatch.setattr(attention, "uses_kernel", lambda q: True)
+    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)
     with torch.no_grad():
         response_logprobs(_model(attn=attention.NAME), _batch(), padding_free=True,
                           autocast=torch.bfloat16)
     assert calls and all(c[x].dtype == torch.bfloat16 for c in calls for x in "qkv")
 
 
-def test_uses_the_kernel_only_where_it_runs():
+def test_uses_the_kernel_only_where_it_runs(monkeypatch):
     assert not attention.uses_kernel(torch.zeros(2, 2, 2, dtype=torch.bfloat16))  # CPU
     assert not attention.uses_kernel(torch.zeros(2, 2, 2))
+    monkeypatch.setattr(attention, "kernel", lambda: object())  # as where torch has it
+    fits = attention.kernel_fits
+    assert fits(True, torch.bfloat16, 32, 128, 8) and fits(True, torch.float16, 16, 256, 16)
+    assert fits(True, torch.bfloat16, 14, 72, 2)  # a multiple of 8, not of 16
+    assert not fits(True, torch.bfloat16, 32, 60, 8)  # head dim not a multiple of 8
+    assert not fits(True, torch.bfloat16, 32, 264, 8)  # above 256
+    assert not fits(True, torch.bfloat16, 6, 64, 4)  # heads not a multiple of kv heads
+    assert not fits(True, torch.float32, 32, 128, 8) and not fits(False, torch.bfloat16, 32, 128, 8)
 
 
 def test_dropout_and_sliding_windows_are_refused():

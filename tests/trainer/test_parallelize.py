@@ -80,6 +80,69 @@ def test_selective_checkpointing_recomputes_no_matmul():
     assert counts["selective"] == counts[None]
 
 
+class CountCompiledMatmuls(TorchDispatchMode):
+    """Matmuls run under it, compiled ones included: the mode lets compiled code run inside
+    it (ignore_compile_internals) and counts inductor's extern `mm.out` calls as well as
+    the eager ops."""
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def ignore_compile_internals(cls):
+        return True
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # higher-order ops (the compiled recompute's rng wrapper) have no overload packet
+        if getattr(func, "overloadpacket", None) in (torch.ops.aten.mm, torch.ops.aten.addmm,
+                                                     torch.ops.aten.bmm):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_compiled_selective_checkpointing_keeps_the_matmuls_it_keeps_eagerly():
+    """Compiled layers with selective checkpointing: the backward runs no more matmuls than
+    without checkpointing (their outputs are kept), full checkpointing re-runs them. The old
+    order, transformers' checkpoint around the compiled layer, re-ran every matmul under
+    "selective" too: the policy could not see into inductor's region (issue 46)."""
+    torch._dynamo.reset()
+    counts, grads = {}, {}
+    for ckpt in (None, "full", "selective"):
+        policy = _setup(_model(torch.float32), ckpt, compile=True)
+        for _ in range(2):  # the second pass: compiled, no tracing in the count
+            policy.zero_grad()
+            lp, _ = policy(_batch())
+            with CountCompiledMatmuls() as mode:
+                lp.sum().backward()
+        counts[ckpt] = mode.calls
+        grads[ckpt] = {n: p.grad.clone() for n, p in policy.named_parameters()}
+    assert counts["full"] > counts[None] > 0
+    assert counts["selective"] == counts[None], counts
+    for name, g in grads[None].items():
+        torch.testing.assert_close(grads["selective"][name], g, atol=1e-5, rtol=1e-4)
+
+
+def test_a_copy_of_a_checkpointed_model_computes_with_its_own_weights():
+    """The checkpointed forward is bound to its layer: a deep copy (a test's or a tool's
+    snapshot of the policy) runs the copy's weights, not the original's."""
+    import copy
+
+    policy = _setup(_model(), "selective")
+    twin = copy.deepcopy(policy)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    lp, _ = policy(_batch())
+    lp2, _ = twin(_batch())
+    assert not torch.allclose(lp, lp2)
+    lp.sum().backward()
+    lp2.sum().backward()  # the copy recomputes through its own layers
+    assert all(p.grad is not None for p in twin.parameters())
+
+
 def test_an_unknown_checkpointing_mode_names_the_choices():
     with pytest.raises(ValueError, match=r"model.checkpointing='some'.*'full', 'selective'"):
         checkpoint_kwargs("some")
