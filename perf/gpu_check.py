@@ -1,8 +1,14 @@
 """The prepared GPU check: one command, one table, no network, no vLLM.
 
-    python perf/gpu_check.py                     # one GPU: every stage, ~6-8 min on an H200
+    python perf/gpu_check.py --out rows.jsonl    # one GPU: stages d, c, a, b while --budget-s lasts
     python perf/gpu_check.py --stages cd         # a subset
     python perf/gpu_check.py --cpu --tiny        # the same code paths on CPU, tiny sizes (CI)
+
+It prints its plan first (each unit with its estimated seconds, and which ones the budget,
+540 s by default, leaves out), then each row as it finishes, appended to `--out` (one JSON
+line each) at once: a run cut off at any point keeps every row so far. A unit that fails
+is a FAILED row with the error's tail (a subprocess's stderr included), never the end of
+the run; a variant that runs out of GPU memory is a "does not fit" row.
 
 Stages (each a row group of the table):
   a  the default sweep's DAPO cell (seed 0) end to end on the device: `python -m trainer`
@@ -21,10 +27,17 @@ Stages (each a row group of the table):
   d  the chunked LM head at vocabulary 151,936: the bf16 head-weight gradient's error
      against float64, and 32k positions forward+backward at 2,048-row vs 32-row chunks.
 
-MFU = 3 x forward FLOPs of the real tokens (2 x parameters + causal attention over each
-row's own context) / step time / the device's dense bf16 peak (989 TFLOP/s for an
-H100/H200): the model's useful work, recomputation not counted. Every speed claim in
-docs/performance.md is a ratio between rows of one run of this script.
+MFU = 3 x the forward FLOPs the update computes (2 x the decoder's parameters per real
+token, causal attention over each row's own context, and the LM head on the response
+tokens only: the chunked head never runs on prompt positions) / step time / the device's
+dense bf16 peak (989 TFLOP/s for an H100 SXM or H200, 835 NVL, 756 PCIe): the model's
+useful work, recomputation not counted. Every speed claim in docs/performance.md is a ratio
+between rows of one run of this script.
+
+Sized for the device (docs/performance.md): stage c's micro-batches hold at most 16,384
+tokens, 8,192 for the rows without activation checkpointing on a GPU under 100 GiB (an H100:
+the H200 measured 82.4 GiB for FSDP2 without checkpointing at 16,384), so every row fits
+both; the note of each row says its micro-batch size.
 """
 
 from __future__ import annotations
@@ -39,7 +52,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,7 +63,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, by CUDA's name
+# dense bf16 TFLOP/s, by CUDA's device name, the first key it contains (PCIe/NVL before SXM)
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989.0,
+               "A100": 312.0}
+BUDGET_S = 540  # the default budget: within a device command's 10 minutes, start-up aside
+STAGE_ORDER = "dcab"  # by value per second: the head's error, the update's variants, the loops
+# Estimated seconds per unit (GPU, CPU --tiny), from the H200 run's stage times (a: 52 s of
+# training and eval, c: ~2 s a step, 4 steps a variant after building its model) with a
+# margin for an H100's slower memory and each unit's start-up, compiles 28 layers for the
+# compiled rows: a budget guard, not a measurement.
+ESTIMATE_S = {"a": (120, 90), "b": (75, 25), "c": (20, 8), "c compiled": (75, 60), "d": (20, 6)}
+SMALL_GPU_GIB = 100  # below it, stage c's rows without checkpointing halve their micro-batch
 # Qwen3 widths (published config.json values); --tiny shrinks them to seconds on a CPU.
 QWEN3 = {
     "0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
@@ -75,6 +100,8 @@ class Device:
         self.torch = torch.device(self.type)
         self.name = "cpu" if cpu else torch.cuda.get_device_name()
         self.peak = next((v for k, v in PEAK_TFLOPS.items() if k in self.name), None)
+        self.memory_gib = (None if cpu else
+                           torch.cuda.get_device_properties(0).total_memory / 2**30)
 
     def sync(self) -> None:
         if self.type == "cuda":
@@ -132,13 +159,21 @@ def dapo_rows(vocab: int, budget: int, max_response: int, seed: int):
         total += p + r
 
 
-def forward_flops(n_params: int, cfg, lengths: list[int]) -> float:
-    """Forward FLOPs of rows of `lengths` real tokens: 2 x parameters per token, plus causal
-    attention over each row's own context (QK^T and AV: 4 x layers x heads x head dim x
-    the mean context, half the row)."""
-    per_token = 2 * n_params
+def forward_flops(body_params: int, cfg, lengths: list[int], head_tokens: int) -> float:
+    """Forward FLOPs the update computes on rows of `lengths` real tokens: 2 x the decoder's
+    parameters (embeddings and head excluded) per token, causal attention over each row's
+    own context (QK^T and AV: 4 x layers x heads x head dim x the mean context, half the
+    row), and the LM head (2 x vocab x hidden) on the `head_tokens` response positions
+    alone: the chunked head scores responses, never prompts."""
     attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
-    return sum(n * (per_token + attn * n / 2) for n in lengths)
+    body = sum(n * (2 * body_params + attn * n / 2) for n in lengths)
+    return body + 2 * cfg.vocab_size * cfg.hidden_size * head_tokens
+
+
+def body_params(model) -> int:
+    """The decoder's parameters: all but the embeddings and the LM head."""
+    return sum(p.numel() for n, p in model.named_parameters()
+               if "embed_tokens" not in n and "lm_head" not in n)
 
 
 @contextmanager
@@ -153,6 +188,16 @@ def timed(device: Device):
 
 
 # ---------------------------------------------------------------------------- (a) default cell
+
+
+def run_cli(args: list[str]) -> None:
+    """A project CLI in a fresh process; a failure raises with the tail of its stderr (the
+    row then says why, instead of a bare CalledProcessError)."""
+    proc = subprocess.run([sys.executable, *args], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          cwd=REPO, capture_output=True, text=True)
+    if proc.returncode:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
+        raise RuntimeError(f"python {' '.join(args[:2])} exited {proc.returncode}: {tail}")
 
 
 def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
@@ -179,17 +224,14 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
     cell = expand(sweep)[0][0]
     cfg_path = work / "run.yaml"
     cfg_path.write_text(yaml.safe_dump(run_config(sweep, cell)))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "trainer", "--config", str(cfg_path)], check=True,
-                   env=env, cwd=REPO, capture_output=True)
+    run_cli(["-m", "trainer", "--config", str(cfg_path)])
     train_s = time.perf_counter() - start
     rdir = run_dir(sweep, cell.run_id)
     args = [a.replace("{step}", str(steps[-1]))
             for a in eval_argv(sweep, cell.run_id, [steps[-1]], ["toy"])]
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "eval", *args, "--device", device.type], check=True,
-                   env=env, cwd=REPO, capture_output=True)
+    run_cli(["-m", "eval", *args, "--device", device.type])
     eval_s = time.perf_counter() - start
     metrics = [json.loads(line) for line in rdir.metrics.read_text().splitlines()]
     summary = json.loads((rdir.eval_dir(steps[-1]) / "toy.json").read_text())
@@ -204,45 +246,53 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
 # ---------------------------------------------------------------------------- (b) real loop
 
 
-def stage_real_loop(device: Device, tiny: bool, work: Path) -> list[dict]:
-    """The trainer's own loop (rollout, log-probs, update) for 3 steps on a Qwen3-0.6B-shaped
-    random model with the GPU presets' options; GRPO, so a reference is held too; then the
-    same with LoRA adapters (`model.lora`, rank 32: the reference is the base, no copy)."""
+def shaped_model(tiny: bool, work: Path) -> Path:
+    """A random-init Qwen3-0.6B-shaped checkpoint with the tiny tokenizer, built once."""
     import shutil
 
+    model_dir = work / "qwen3-shaped"
+    if not model_dir.is_dir():
+        model = qwen3("tiny" if tiny else "0.6b", VOCAB if not tiny else 512, Device(cpu=True))
+        model.save_pretrained(model_dir)
+        for f in TINY_MODEL.glob("tok*"):
+            shutil.copy(f, model_dir / f.name)
+    return model_dir
+
+
+LOOP_VARIANTS = {"": None, ", LoRA r32": {"rank": 32}}  # name suffix -> model.lora
+
+
+def stage_real_loop(device: Device, tiny: bool, work: Path, name: str) -> list[dict]:
+    """The trainer's own loop (rollout, log-probs, update) for 3 steps on a Qwen3-0.6B-shaped
+    random model with the GPU presets' options; GRPO, so a reference is held too; `name`
+    picks the variant: LoRA adapters (`model.lora`, rank 32: the reference is the base, no
+    copy) or full fine-tuning."""
     from trainer.config import parse_run_config
     from trainer.loop import Trainer
 
-    model_dir = work / "qwen3-shaped"
-    model = qwen3("tiny" if tiny else "0.6b", VOCAB if not tiny else 512, Device(cpu=True))
-    model.save_pretrained(model_dir)
-    for f in TINY_MODEL.glob("tok*"):
-        shutil.copy(f, model_dir / f.name)
-    del model
-    rows = []
-    for name, lora in (("", None), (", LoRA r32", {"rank": 32})):
-        cfg = parse_run_config({
-            "run_id": "real-loop", "out_dir": str(work / f"real-loop{bool(lora)}"), "seed": 0,
-            "model": {"path": str(model_dir), "device": device.type, "compute_dtype": "bfloat16",
-                      "gradient_checkpointing": True, "attn_implementation": "torch_varlen",
-                      "lora": lora},
-            "method": {"name": "GRPO"},
-            "rollout": {"n": 8, "prompts_per_step": 2 if tiny else 16, "max_new_tokens":
-                        16 if tiny else 128, "overlong_buffer": 4, "dynamic_sampling": False},
-            "optim": {"steps": 3, "lr": 1e-6, "padding_free": True, "micro_batch_size": 64,
-                      "max_tokens_per_micro_batch": 16384, "mini_batch_size": None},
-            "tracking": {"mlflow_uri": None, "progress": False}}, "gpu_check (b)")
-        device.reset_peak()
-        trainer = Trainer(cfg)
-        trainer.setup(track=False)
-        last = [trainer.step() for _ in range(3)][-1]
-        rows.append({"stage": "b", "check": f"real loop, Qwen3-0.6B shape, GRPO{name}, step 3",
-                     "seconds": last["time_step"], "peak_gib": device.peak_gib(),
-                     "note": f"rollout {last['time_rollout']:.2f} s, log-probs "
-                             f"{last['time_logprob']:.2f} s, update {last['time_update']:.2f} "
-                             f"s; {last['response_length_mean']:.0f} tokens/response"})
-        del trainer
-    return rows
+    model_dir = shaped_model(tiny, work)
+    lora = LOOP_VARIANTS[name]
+    cfg = parse_run_config({
+        "run_id": "real-loop", "out_dir": str(work / f"real-loop{bool(lora)}"), "seed": 0,
+        "model": {"path": str(model_dir), "device": device.type, "compute_dtype": "bfloat16",
+                  "gradient_checkpointing": True, "attn_implementation": "torch_varlen",
+                  "lora": lora},
+        "method": {"name": "GRPO"},
+        "rollout": {"n": 8, "prompts_per_step": 2 if tiny else 16, "max_new_tokens":
+                    16 if tiny else 128, "overlong_buffer": 4, "dynamic_sampling": False},
+        "optim": {"steps": 3, "lr": 1e-6, "padding_free": True, "micro_batch_size": 64,
+                  "max_tokens_per_micro_batch": 16384, "mini_batch_size": None},
+        "tracking": {"mlflow_uri": None, "progress": False}}, "gpu_check (b)")
+    device.reset_peak()
+    trainer = Trainer(cfg)
+    trainer.setup(track=False)
+    last = [trainer.step() for _ in range(3)][-1]
+    trainer.engine.engine.close()
+    return [{"stage": "b", "check": f"real loop, Qwen3-0.6B shape, GRPO{name}, step 3",
+             "seconds": last["time_step"], "peak_gib": device.peak_gib(),
+             "note": f"rollout {last['time_rollout']:.2f} s, log-probs "
+                     f"{last['time_logprob']:.2f} s, update {last['time_update']:.2f} s; "
+                     f"{last['response_length_mean']:.0f} tokens/response"}]
 
 
 # ---------------------------------------------------------------------------- (c) the update
@@ -268,6 +318,16 @@ UPDATE_VARIANTS = {
 }
 
 
+def micro_tokens(device: Device, budget: int, ckpt: str | None) -> int:
+    """Stage c's micro-batch token cap: half the step's budget (16,384 at full size),
+    halved again for a row without checkpointing on a GPU under SMALL_GPU_GIB, whose
+    activations at 16,384 tokens fill an H100 (82.4 GiB measured on the H200)."""
+    tokens = budget // 2
+    if ckpt is None and device.memory_gib is not None and device.memory_gib < SMALL_GPU_GIB:
+        tokens //= 2
+    return tokens
+
+
 def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
     """Steps of PolicyLogProbs + AdamW on one variant; warm-up steps first (FSDP2's lazy
     init, kernel selection, compilation) are not timed."""
@@ -281,7 +341,7 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
     device.reset_peak()
     model = qwen3("tiny" if tiny else "1.7b", VOCAB if not tiny else 1000, device)
     model.config._attn_implementation = attn
-    n_params = sum(p.numel() for p in model.parameters())
+    n_body = body_params(model)
     if rank:
         from trainer.config import LoraSettings
         from trainer.lora import apply_lora
@@ -303,7 +363,8 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
     batch = pack(*dapo_rows(model.config.vocab_size, budget, max_response, seed=1),
                  pad_id=0).to(device.torch)
     rows = torch.arange(len(batch.input_ids), device=device.torch)
-    groups = micro_batches(batch, rows, 10_000, budget // 2, padding_free=free)
+    micro = micro_tokens(device, budget, ckpt)
+    groups = micro_batches(batch, rows, 10_000, micro, padding_free=free)
     lengths = batch.attention_mask.sum(-1).tolist()
     tokens = sum(lengths)
     total = batch.response_mask.sum()
@@ -325,29 +386,28 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
     seconds = statistics.median(times)
     # useful work: forward + backward, 3 forwards; LoRA's backward computes no frozen weight
     # gradients, so 2 (the adapters' own FLOPs are ~rank / hidden of that: not counted)
-    flops = (2 if rank else 3) * forward_flops(n_params, model.config, lengths)
+    response_tokens = int(batch.response_mask.sum())
+    flops = (2 if rank else 3) * forward_flops(n_body, model.config, lengths, response_tokens)
     mfu = flops / seconds / (device.peak * 1e12) if device.peak else None
     computed = sum(batch.rows(g).input_ids.numel() for g in groups) if not free else tokens
     row = {"stage": "c", "check": name, "seconds": seconds, "tokens_per_s": tokens / seconds,
            "mfu": mfu, "peak_gib": device.peak_gib(),
-           "note": f"loss {loss:.4f}; {tokens} real tokens, {computed / tokens:.2f}x computed"}
+           "note": f"loss {loss:.4f}; {tokens} real tokens, {computed / tokens:.2f}x computed; "
+                   f"micro-batches <= {micro:,} tokens"}
     del policy, optimizer, model, batch
     return row
 
 
-def stage_update(device: Device, tiny: bool, steps: int) -> list[dict]:
-    rows = []
-    for name, (_, _, _, compile_, _, _) in UPDATE_VARIANTS.items():
-        if compile_ and tiny:
-            continue  # inductor on a CPU: minutes; tests/trainer/test_parallelize.py covers it
-        try:
-            rows.append(update_variant(device, tiny, name, steps))
-        except Exception as exc:  # noqa: BLE001 - one variant's failure is a row, not the end
-            first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-            rows.append({"stage": "c", "check": name, "note": f"FAILED: {type(exc).__name__}: "
-                                                              f"{first}"})
-            device.reset_peak()
-    return rows
+def stage_update(device: Device, tiny: bool, name: str, steps: int) -> list[dict]:
+    """One update variant's row; out of GPU memory it is a "does not fit" row."""
+    try:
+        return [update_variant(device, tiny, name, steps)]
+    except torch.OutOfMemoryError as exc:
+        first = (str(exc).splitlines() or ["out of memory"])[0][:120]
+        return [{"stage": "c", "check": name, "note": f"does not fit on {device.name} "
+                                                      f"({device.memory_gib:.0f} GiB): {first}"}]
+    finally:
+        device.reset_peak()
 
 
 # ---------------------------------------------------------------------------- (d) the LM head
@@ -392,28 +452,111 @@ def stage_head(device: Device, tiny: bool) -> list[dict]:
 # ---------------------------------------------------------------------------- the table
 
 
-def table(rows: list[dict]) -> str:
+def table_head() -> str:
+    return ("| stage | check | s | tokens/s | MFU | peak GiB | note |\n"
+            "|---|---|---:|---:|---:|---:|---|")
+
+
+def table_line(r: dict) -> str:
     def fmt(v, spec):
         return "" if v is None else format(v, spec)
 
-    lines = ["| stage | check | s | tokens/s | MFU | peak GiB | note |",
-             "|---|---|---:|---:|---:|---:|---|"]
-    for r in rows:
-        mfu = r.get("mfu")
-        lines.append(f"| {r['stage']} | {r['check']} | {fmt(r.get('seconds'), '.2f')} | "
-                     f"{fmt(r.get('tokens_per_s'), ',.0f')} | "
-                     f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | "
-                     f"{fmt(r.get('peak_gib'), '.1f')} | {r.get('note', '')} |")
-    return "\n".join(lines)
+    mfu = r.get("mfu")
+    return (f"| {r['stage']} | {r['check']} | {fmt(r.get('seconds'), '.2f')} | "
+            f"{fmt(r.get('tokens_per_s'), ',.0f')} | "
+            f"{'' if mfu is None else f'{100 * mfu:.1f}%'} | "
+            f"{fmt(r.get('peak_gib'), '.1f')} | {r.get('note', '')} |")
+
+
+def table(rows: list[dict]) -> str:
+    return "\n".join([table_head(), *map(table_line, rows)])
 
 
 def header(device: Device) -> str:
     import transformers
 
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"gpu_check: {when}; device {device.name}; torch {torch.__version__}; "
+    memory = "" if device.memory_gib is None else f" ({device.memory_gib:.0f} GiB)"
+    return (f"gpu_check: {when}; device {device.name}{memory}; torch {torch.__version__}; "
             f"transformers {transformers.__version__}; peak bf16 "
             f"{device.peak or 'n/a'} TFLOP/s")
+
+
+class Recorder:
+    """Every row printed and appended to `out` (one JSON line, flushed to disk) the moment
+    it exists: a run cut off anywhere keeps what it measured."""
+
+    def __init__(self, out: Path | None, head: str) -> None:
+        self.rows: list[dict] = []
+        self.out = out
+        if out is not None:
+            out.write_text(json.dumps({"header": head}) + "\n")
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        print(table_line(row), flush=True)
+        if self.out is not None:
+            with self.out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+
+def read_rows(path: Path) -> tuple[str, list[dict]]:
+    """(header, rows) of a `--out` file, as far as it was written."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines[0]["header"], lines[1:]
+
+
+@dataclass
+class Unit:
+    """One row group the check runs: its stage, name, cost estimate and the call."""
+
+    stage: str
+    name: str
+    estimate_s: float
+    run: Callable[[], list[dict]]
+
+
+def plan(device: Device, args, work: Path) -> list[Unit]:
+    """The units of `args.stages`, in order, each with its estimated seconds."""
+    gpu = 0 if device.type == "cuda" else 1
+    units = []
+    for stage in args.stages:
+        if stage == "a":
+            units.append(Unit("a", "default DAPO cell + eval", ESTIMATE_S["a"][gpu],
+                              lambda: stage_default_cell(device, args.tiny, work)))
+        elif stage == "b":
+            for name in LOOP_VARIANTS:
+                units.append(Unit("b", f"real loop{name}", ESTIMATE_S["b"][gpu],
+                                  lambda name=name: stage_real_loop(device, args.tiny, work, name)))
+        elif stage == "c":
+            for name, variant in UPDATE_VARIANTS.items():
+                compiled = variant[3]
+                if compiled and args.tiny:
+                    continue  # inductor on a CPU: minutes; tests/trainer/test_parallelize.py
+                units.append(Unit("c", name, ESTIMATE_S["c compiled" if compiled else "c"][gpu],
+                                  lambda name=name: stage_update(device, args.tiny, name,
+                                                                 args.steps)))
+        elif stage == "d":
+            units.append(Unit("d", "chunked LM head", ESTIMATE_S["d"][gpu],
+                              lambda: stage_head(device, args.tiny)))
+    return units
+
+
+def fits(units: list[Unit], budget_s: float) -> list[bool]:
+    """Which units the budget runs, in order: each runs while the estimates so far fit."""
+    used, out = 0.0, []
+    for u in units:
+        out.append(used + u.estimate_s <= budget_s)
+        used += u.estimate_s if out[-1] else 0.0
+    return out
+
+
+def failed_row(unit: Unit, exc: BaseException) -> dict:
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:400]
+    return {"stage": unit.stage, "check": unit.name,
+            "note": f"FAILED: {type(exc).__name__}: {first}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,31 +564,50 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="run on the CPU (gloo for FSDP2)")
     p.add_argument("--tiny", action="store_true", help="tiny widths and batches (seconds)")
-    p.add_argument("--stages", default="abcd", help="which stages, e.g. cd")
+    p.add_argument("--stages", default=STAGE_ORDER,
+                   help=f"which stages, in the order to run them (default {STAGE_ORDER}: the "
+                        "cheap head check and the update's variants first, where a budget "
+                        "cuts the end)")
     p.add_argument("--steps", type=int, default=3, help="timed update steps per variant (c)")
-    p.add_argument("--out", default=None, help="also write the rows as JSON here")
+    p.add_argument("--budget-s", type=float, default=BUDGET_S,
+                   help="seconds the check may take: units whose estimate would not fit are "
+                        "skipped (planned up front, re-checked against the clock)")
+    p.add_argument("--out", default=None, help="append the rows here as they finish (JSONL)")
     args = p.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device; --cpu --tiny runs the same code paths on CPU")
     if unknown := set(args.stages) - set("abcd"):
         sys.exit(f"gpu_check: --stages {args.stages!r}: unknown {sorted(unknown)}; use a, b, c, d")
     device = Device(args.cpu)
-    print(header(device), flush=True)
-    rows: list[dict] = []
+    head = header(device)
+    print(head, flush=True)
+    record = Recorder(Path(args.out) if args.out else None, head)
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        work = Path(tmp)
-        stages = {"a": lambda: stage_default_cell(device, args.tiny, work),
-                  "b": lambda: stage_real_loop(device, args.tiny, work),
-                  "c": lambda: stage_update(device, args.tiny, args.steps),
-                  "d": lambda: stage_head(device, args.tiny)}
-        for key in args.stages:
-            start = time.perf_counter()
-            rows += stages[key]()
-            print(f"stage {key}: {time.perf_counter() - start:.0f} s", flush=True)
-    print(table(rows))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"header": header(device), "rows": rows}, indent=1))
-    return 0 if not any("FAILED" in r.get("note", "") for r in rows) else 1
+        units = plan(device, args, Path(tmp))
+        planned = fits(units, args.budget_s)
+        total = sum(u.estimate_s for u, ok in zip(units, planned) if ok)
+        print(f"plan (budget {args.budget_s:.0f} s, {total:.0f} s estimated):", flush=True)
+        for u, ok in zip(units, planned):
+            print(f"  {u.stage} {u.name}: ~{u.estimate_s:.0f} s{'' if ok else ' (skipped: budget)'}",
+                  flush=True)
+        print(table_head(), flush=True)
+        for u, ok in zip(units, planned):
+            elapsed = time.perf_counter() - start
+            if not ok or elapsed + u.estimate_s > args.budget_s:
+                record.add({"stage": u.stage, "check": u.name,
+                            "note": f"skipped: ~{u.estimate_s:.0f} s would pass the "
+                                    f"{args.budget_s:.0f} s budget ({elapsed:.0f} s used)"})
+                continue
+            try:
+                for row in u.run():
+                    record.add(row)
+            except Exception as exc:  # noqa: BLE001 - a unit's failure is a row, not the end
+                record.add(failed_row(u, exc))
+                device.reset_peak()
+    print(f"gpu_check: {time.perf_counter() - start:.0f} s", flush=True)
+    print(table(record.rows))
+    return 0 if not any("FAILED" in r.get("note", "") for r in record.rows) else 1
 
 
 if __name__ == "__main__":

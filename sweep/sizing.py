@@ -78,6 +78,11 @@ GPUS = {"h100": Gpu(80, 989, 3.35), "h200": Gpu(141, 989, 4.8), "a100": Gpu(80, 
 # FSDP2's bf16 policy): 20.4% with activation checkpointing, 23.8% without (issue 35;
 # docs/performance.md "The update on an H200").
 MEASURED_MFU = {True: 0.204, False: 0.238}  # keyed by model.gradient_checkpointing
+# A LoRA step against a full fine-tuning one, measured on CPU only (the LoRA overlay on the
+# tiny default: 1.18x at rank 1, 1.22x at 8, 1.28x at 32; docs/results.md): the adapters' two
+# small matmuls per linear layer cost more than the skipped weight gradients save. On a GPU
+# unmeasured, so the LoRA update is sized as full fine-tuning's work times the largest.
+LORA_STEP_RATIO = 1.28
 MBU = 0.6  # share of peak bandwidth a decode step reaches
 MEAN_RESPONSE = 0.5  # mean response length / max_new_tokens (--mean-response)
 PROMPT_TOKENS = 200  # mean prompt length (DAPO-Math-17k with the template)
@@ -117,7 +122,8 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     With `model.lora`: the base weights are frozen in `model.dtype` (bf16: 2 bytes each),
     only the adapters (float32) have gradients and AdamW moments, no reference copy is held
     (the reference is the policy with its adapters off or swapped: trainer.reference), and
-    the update's backward skips the frozen weights' gradients (2 forwards' work, not 3)."""
+    the update takes full fine-tuning's time times LORA_STEP_RATIO (measured on CPU: the
+    skipped weight gradients did not make a step cheaper)."""
     arch = _arch(base["model"]["path"])
     rollout, optim = base.get("rollout", {}), base.get("optim", {})
     p, n_gpu = arch.params, max(gpus, 1)
@@ -150,10 +156,11 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
                     * (PROMPT_TOKENS + new_tokens))
     attn_context = (PROMPT_TOKENS + new_tokens) / 2  # causal: half the sequence on average
     forward = 2 * p + 4 * arch.layers * arch.heads * arch.head_dim * attn_context  # per token
-    update = 2 if lora else 3  # LoRA: forward + input gradients, no frozen weight gradients
-    forwards = 1 + (1 if keeps_reference else 0) + update  # useful work: no recompute
+    forwards = 1 + (1 if keeps_reference else 0) + 3  # useful work: no recompute
     flops = train_tokens * (forwards * forward + 2 * arch.vocab * arch.hidden)
     update_s = flops / (n_gpu * gpu.bf16_tflops * 1e12 * MEASURED_MFU[bool(ckpt)])
+    if lora:
+        update_s *= LORA_STEP_RATIO
     out = {k: v / GiB for k, v in memory.items()}
     # Gradients are freed and vLLM sleeps (weights offloaded, KV discarded) in turn, so the
     # peak holds the persistent states plus the larger of the two phases.
@@ -193,7 +200,8 @@ def table(rows: list[tuple[str, dict]], gpu_name: str, mean_response: float) -> 
     lines.append(f"\nGiB per GPU on {gpu_name}; peak = weights + AdamW + reference + max(grads "
                  f"+ activations, vLLM). Update MFU as measured on an H200 "
                  f"({MEASURED_MFU[True]:.1%} with checkpointing, {MEASURED_MFU[False]:.1%} "
-                 f"without), decode bandwidth use {MBU}, mean response {mean_response} x "
+                 f"without; LoRA: x{LORA_STEP_RATIO}, its step-time ratio measured on CPU), "
+                 f"decode bandwidth use {MBU}, mean response {mean_response} x "
                  f"max_new_tokens, prompts {PROMPT_TOKENS} tokens; one generation round of "
                  "gen_prompts_per_round prompts per step. Checkpointing: whether the job fits "
                  "without it (peak without it in brackets).")

@@ -195,6 +195,11 @@ class RolloutConfig(_Section):
     vllm_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
         None, description="vllm engine: its weights' and kernels' dtype (null = the trainer's "
         "forward dtype); bfloat16 under a float32 trainer is a real sampler mismatch on CPU")
+    vllm_lora: Literal["merged", "adapters"] = Field(
+        "merged", description="vllm engine under model.lora: push the merged weights W + s B A "
+        "every step (merged), or the base once and the adapters through vLLM's LoRA (adapters, "
+        "verl's way: exact at the weights, a rank-r push); on CPU in bf16 the two measured "
+        "the same sampler gap (perf/lora_push_gap.py, docs/performance.md)")
     correction: CorrectionConfig = Field(
         default_factory=CorrectionConfig, description="off-policy correction for the sampler mu "
         "(the engine's log-probs) differing from the trainer's pi_old (algorithms.correction)")

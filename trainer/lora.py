@@ -34,32 +34,59 @@ def lora_layers(model) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
 
 
+def decoder_linears(model) -> dict[str, torch.nn.Module]:
+    """Every linear layer inside the decoder's layers, by its full module name (a base
+    layer's name once adapted): what adapters may target. Not the LM head (the chunked head
+    trains no adapter) nor the embeddings (peft gives them other parameters, which the
+    merge, the snapshot and `adapter/` would drop)."""
+    decoder, out = model.get_decoder(), {}
+    inside = {id(m) for layer in getattr(decoder, "layers", []) for m in layer.modules()}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) and id(m) in inside and ".lora_" not in name:
+            out[name.removesuffix(".base_layer")] = m
+    return out
+
+
 def linear_names(model) -> list[str]:
     """The last name of every linear layer of `model`'s decoder (what target_modules match)."""
-    decoder = model.get_decoder()
-    return sorted({n.rsplit(".", 1)[-1] for n, m in decoder.named_modules()
-                   if isinstance(m, torch.nn.Linear)})
+    return sorted({n.rsplit(".", 1)[-1] for n in decoder_linears(model)})
+
+
+def check_targets(model, config, targets) -> None:
+    """Refuse `targets` (the user's model.lora.target_modules; `config` the LoraConfig made
+    of them) outside the decoder's linear layers (lm_head, embed_tokens, a norm), and
+    targets that match nothing, in one line naming the key and the choices."""
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    if targets == "all-linear":  # peft's own rule: every linear layer but the output head
+        return
+    allowed = decoder_linears(model)
+    hits = [name for name, _ in model.named_modules() if check_target_module_exists(config, name)]
+    outside = [name for name in hits if name not in allowed]
+    if outside:
+        raise ValueError(f"model.lora.target_modules={targets!r} matches {outside[:3]}: only "
+                         f"linear layers inside the decoder's layers take adapters "
+                         f"({linear_names(model)}, or all-linear)")
+    if not hits:
+        raise ValueError(f"model.lora.target_modules={targets!r} matches no module of "
+                         f"{type(model).__name__}; its decoder's linear layers are "
+                         f"{linear_names(model)} (or use all-linear)")
 
 
 def apply_lora(model, settings):
     """Inject LoRA adapters (`settings`: trainer.config.LoraSettings) into `model` in place and
     return the peft wrapper (for saving the adapters); `model` itself is now adapted. A
-    target that matches no module is a ValueError naming the key and the choices."""
+    target outside the decoder's linear layers, or one that matches nothing, is a
+    ValueError naming the key and the choices (`check_targets`)."""
     from peft import LoraConfig, get_peft_model
 
     targets = settings.target_modules
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=targets, task_type="CAUSAL_LM", bias="none")
-    try:
-        # peft's default init: B = 0, so the adapted model starts as the base, bit for bit;
-        # autocast_adapter_dtype keeps the adapters float32 over bf16 base weights
-        return get_peft_model(model, config, autocast_adapter_dtype=True)
-    except ValueError as e:
-        if "not found in the base model" not in str(e):
-            raise
-        raise ValueError(f"model.lora.target_modules={targets!r} matches no module of "
-                         f"{type(model).__name__}; its decoder's linear layers are "
-                         f"{linear_names(model)} (or use all-linear)") from None
+    check_targets(model, config, targets)
+    # peft's default init: B = 0, so the adapted model starts as the base, bit for bit;
+    # autocast_adapter_dtype keeps the adapters float32 over bf16 base weights
+    return get_peft_model(model, config, autocast_adapter_dtype=True)
 
 
 def trainable(model) -> list[torch.nn.Parameter]:
@@ -72,9 +99,9 @@ def adapters_off(model) -> Iterator[None]:
     """Inside: `model` computes as its base model (every adapter disabled). Forwards only
     (peft marks the disabled adapters' parameters as not requiring grad meanwhile)."""
     layers = lora_layers(model)
-    for layer in layers:
-        layer.enable_adapters(False)
     try:
+        for layer in layers:
+            layer.enable_adapters(False)
         yield
     finally:
         for layer in layers:
@@ -100,9 +127,10 @@ def adapters_from(model, snapshot: dict[str, torch.Tensor]) -> Iterator[None]:
     params = adapter_parameters(model)
     with torch.no_grad():
         saved = {n: p.detach().clone() for n, p in params.items()}
-        for n, p in params.items():
-            p.copy_(snapshot[n])
     try:
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(snapshot[n])
         yield
     finally:
         with torch.no_grad():
@@ -117,12 +145,14 @@ def load_snapshot(snapshot: dict[str, torch.Tensor], values: dict[str, torch.Ten
             t.copy_(values[n])
 
 
-def checkpoint_parts(model, keep: bool) -> tuple[dict, dict]:
+def checkpoint_parts(model, keep: bool, dtype: torch.dtype | None = None) -> tuple[dict, dict]:
     """(the merged weights under the plain HF names, the adapters under peft's names) of
     `model`, each gathered whole one tensor at a time (collectives under FSDP2: every rank
-    calls this), kept on the CPU where `keep` (rank 0, the writer), else {} and {}."""
+    calls this), kept on the CPU where `keep` (rank 0, the writer), else {} and {}. The
+    merge is made in `dtype` (the save dtype; None: the weights' own), so a float32 save
+    over bf16 base weights keeps the adapters' update instead of its bf16 rounding."""
     merged, adapters = {}, {}
-    for name, t in model_weights(model):
+    for name, t in model_weights(model, dtype=dtype):
         if keep:
             merged[name] = t.cpu()
     for name, p in adapter_parameters(model).items():
@@ -136,5 +166,8 @@ def adapter_writer(peft_model, adapters: dict):
     """A function writing the adapters (peft's `adapter_model.safetensors` and
     `adapter_config.json`) into a checkpoint folder's ADAPTER_DIR."""
     def write(folder: Path) -> None:
-        peft_model.save_pretrained(Path(folder) / ADAPTER_DIR, state_dict=adapters)
+        # save_embedding_layers="auto" (peft's default) asks the Hub whether the base model's
+        # config exists when model.path is not a local folder: a stall on an offline node
+        peft_model.save_pretrained(Path(folder) / ADAPTER_DIR, state_dict=adapters,
+                                   save_embedding_layers=False)
     return write

@@ -136,7 +136,7 @@ def save_checkpoint(t: Trainer, path: Path, dtype: torch.dtype | None) -> Path:
     state, extra = None, None
     with evaluation_weights(t.optimizer):
         if t.peft is not None:  # LoRA: merged weights + the adapters (collectives)
-            state, adapters = lora.checkpoint_parts(t.model, keep=t.world.main)
+            state, adapters = lora.checkpoint_parts(t.model, keep=t.world.main, dtype=dtype)
             extra = lora.adapter_writer(t.peft, adapters)
         elif t.world.distributed:
             prefix = "model."  # PolicyLogProbs wraps the HF model as `model`

@@ -187,25 +187,31 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def merged_lora_weight(weight: torch.Tensor, layer) -> torch.Tensor:
+def merged_lora_weight(weight: torch.Tensor, layer,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """W + scaling * B @ A over a LoRA layer's active adapters (peft's naming: `lora_A`,
-    `lora_B` ModuleDicts, `scaling`, `active_adapters`), out of place, in W's dtype; each
-    adapter gathered whole (`full_tensor`), so under FSDP2 it is a collective too."""
+    `lora_B` ModuleDicts, `scaling`, `active_adapters`), out of place, in `out_dtype`
+    (default W's); each adapter gathered whole (`full_tensor`), so under FSDP2 it is a
+    collective too. In bf16 an entry of the update below half a bf16 step of W rounds back
+    to W: a merge for a reader of bf16 weights drops the adapters' early update."""
     dtype = torch.promote_types(weight.dtype, torch.float32)  # bf16 up; float64 kept
     merged = weight.to(dtype)
     for name in layer.active_adapters:
         if name in layer.lora_A:
             a, b = full_tensor(layer.lora_A[name].weight), full_tensor(layer.lora_B[name].weight)
             merged = merged + layer.scaling[name] * (b.to(dtype) @ a.to(dtype))
-    return merged.to(weight.dtype)
+    return merged.to(out_dtype or weight.dtype)
 
 
-def model_weights(model) -> Weights:
+def model_weights(model, merge: bool = True, dtype: torch.dtype | None = None) -> Weights:
     """(HF name, whole tensor) of every weight of `model` as a plain checkpoint names it, one
     at a time: a LoRA layer (peft's `X.base_layer.weight` plus `X.lora_A/B.<adapter>`) gives
-    `X.weight` with its adapters merged in (`merged_lora_weight`), and the adapters
-    themselves are not given. Without LoRA: the state dict as it is. Under FSDP2 each tensor
-    is gathered here (every rank walks the same names in the same order)."""
+    `X.weight` with its adapters merged in (`merged_lora_weight`; `merge=False`: the base
+    weight alone, for an engine that serves the adapters itself), and the adapters
+    themselves are not given. Without LoRA: the state dict as it is. `dtype`: the merge's
+    result dtype (a float32 save of a bf16 base keeps the adapters' update unrounded).
+    Under FSDP2 each tensor is gathered here (every rank walks the same names in the same
+    order)."""
     layers = {name: m for name, m in model.named_modules()
               if hasattr(m, "base_layer") and hasattr(m, "lora_A") and hasattr(m, "scaling")}
     for name, t in model.state_dict().items():
@@ -214,10 +220,32 @@ def model_weights(model) -> Weights:
         prefix, sep, leaf = name.rpartition(".base_layer.")
         if not sep:
             yield name, full_tensor(t)
-        elif leaf == "weight" and prefix in layers:
-            yield f"{prefix}.{leaf}", merged_lora_weight(full_tensor(t), layers[prefix])
-        else:  # a base layer's bias: unchanged by LoRA
+        elif leaf == "weight" and prefix in layers and merge:
+            yield f"{prefix}.{leaf}", merged_lora_weight(full_tensor(t), layers[prefix], dtype)
+        else:  # a base layer's bias (unchanged by LoRA), or its weight unmerged
             yield f"{prefix}.{leaf}", full_tensor(t)
+
+
+def lora_config(model):
+    """The LoraConfig of a peft-adapted HF model (peft leaves `peft_config`, one adapter
+    per name, on the model it injects into), or None without adapters."""
+    configs = getattr(model, "peft_config", None) or {}
+    if len(configs) > 1:
+        raise ValueError(f"{type(model).__name__} holds {len(configs)} adapters "
+                         f"({sorted(configs)}); an engine serves one")
+    return next(iter(configs.values()), None)
+
+
+def adapter_weights(model) -> Weights:
+    """(peft file name, whole tensor) of the active adapter's lora_A/lora_B weights, as
+    `PeftModel.save_pretrained` writes them (`base_model.model.<module>.lora_A.weight`),
+    gathered one at a time under FSDP2."""
+    for name, p in model.named_parameters():
+        for part in (".lora_A.", ".lora_B."):
+            if part in name:
+                module, _, rest = name.partition(part)
+                leaf = rest.split(".", 1)[1]  # "<adapter>.weight" -> "weight"
+                yield f"base_model.model.{module}{part}{leaf}", full_tensor(p)
 
 
 def forward_dtype(model, compute_dtype: torch.dtype | None, override: str | None = None) -> str:

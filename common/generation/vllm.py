@@ -17,6 +17,16 @@ in TRL and verl) discards the weights when asleep: the engine then refuses to ge
 until weights are pushed again, instead of sampling from freed memory. vLLM has no sleep
 mode on CPU, so there the engine simply stays up.
 
+Under LoRA (`model.lora`) the engine is pushed the merged weights W + s B A every step
+(`rollout.vllm_lora: merged`, TRL's way), or serves the adapters through vLLM's own LoRA
+support (`adapters`, verl's way): the base weights once (they do not train), then after
+every update the adapters, written in peft's format to a fresh folder (`/dev/shm` where
+there is one) and named in each generate's `LoRARequest`. At the weights the second is
+exact where bf16(W + s B A) rounds every update entry below half a bf16 step of W back to W;
+at the log-probs, on CPU in bf16, the two measured the same sampler gap, since the trainer's
+own bf16 forward rounds the update at each layer's output much as the merge does at the
+weights (`perf/lora_push_gap.py`; docs/performance.md).
+
 Under torchrun (torch.distributed initialised) every rank builds its own engine with
 vLLM's `external_launcher` executor: its worker takes this rank's `LOCAL_RANK` device from
 the environment (the `uni` executor would put every rank's engine on local rank 0, i.e.
@@ -27,7 +37,10 @@ does the same. A single process keeps `uni`.
 from __future__ import annotations
 
 import gc
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -38,9 +51,12 @@ from common.generation.base import (
     EngineOptions,
     Sample,
     Weights,
+    adapter_weights,
     check_checkpoint,
     check_sampling,
     forward_dtype,
+    lora_config,
+    model_weights,
     register_engine,
 )
 from common.prompts import encode_prompts
@@ -65,15 +81,30 @@ def executor_backend() -> str:
     return "external_launcher" if torch.distributed.is_initialized() else "uni"
 
 
+# vLLM's `max_lora_rank` choices (vllm.config.lora.MaxLoRARanks): an adapter's rank is
+# served by the smallest of them at least as large
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def served_rank(rank: int) -> int:
+    """The `max_lora_rank` that serves an adapter of `rank`."""
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise ValueError(f"model.lora.rank={rank}: vLLM serves adapters up to rank "
+                         f"{VLLM_LORA_RANKS[-1]}; lower the rank or use rollout.engine: hf")
+    return fits[0]
+
+
 def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: int | None,
              gpu_memory_utilization: float, sleep_mode: bool = False,
-             tensor_parallel_size: int = 1):
+             tensor_parallel_size: int = 1, lora_rank: int | None = None):
     """A `vllm.LLM` running in this process, sampling as `vllm_sampling_params` says.
 
     The model's generation_config.json is not read (`generation_config="vllm"`), and
     log-probs are those of the distribution actually sampled from (after temperature and
     top_p). On the CPU backend the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB (default
     CPU_KV_CACHE_BYTES) instead of a fraction of host memory, and sleep mode is off.
+    `lora_rank`: serve one LoRA adapter of that rank (vLLM turns compilation off on CPU).
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
@@ -86,6 +117,8 @@ def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: in
         sleep_mode = False
     else:
         memory = {"gpu_memory_utilization": gpu_memory_utilization}
+    if lora_rank is not None:
+        memory.update(enable_lora=True, max_loras=1, max_lora_rank=served_rank(lora_rank))
     return LLM(
         model=str(model_path), dtype=dtype, seed=seed, max_model_len=max_model_len,
         tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=sleep_mode,
@@ -158,6 +191,25 @@ def push_weights(llm, weights: Weights) -> None:
     llm.reset_prefix_cache()  # no KV computed under the old weights may be reused
 
 
+def adapter_folder() -> str:
+    """A fresh folder for one push of the adapters: in memory (`/dev/shm`) where it exists."""
+    shm = Path("/dev/shm")
+    return tempfile.mkdtemp(prefix="rpg-lora-", dir=shm if shm.is_dir() else None)
+
+
+def write_adapter(model, folder: str | Path) -> None:
+    """The model's active LoRA adapter in peft's file format (adapter_config.json and
+    adapter_model.safetensors), what vLLM's LoRA loader reads; no hub, no peft wrapper."""
+    from safetensors.torch import save_file
+
+    config = lora_config(model).to_dict()
+    config["target_modules"] = sorted(config["target_modules"])  # a set in memory
+    config = {k: (v.value if hasattr(v, "value") else v) for k, v in config.items()}
+    Path(folder, "adapter_config.json").write_text(json.dumps(config, default=str))
+    tensors = {name: t.detach().cpu().contiguous() for name, t in adapter_weights(model)}
+    save_file(tensors, str(Path(folder, "adapter_model.safetensors")))
+
+
 def free_accelerator_memory() -> None:
     """Return cached CUDA blocks to the device before vLLM wakes (its wake_up allocates
     outside PyTorch's caching allocator); the caller has already freed its gradients."""
@@ -177,7 +229,8 @@ class VLLMEngine(Engine):
     def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str, seed: int,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, sleep_between: bool = False,
-                 sleep_level: int = 2, progress: bool = False) -> None:
+                 sleep_level: int = 2, progress: bool = False,
+                 lora_rank: int | None = None) -> None:
         if tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -185,7 +238,10 @@ class VLLMEngine(Engine):
         self.llm = make_llm(model_path, dtype=dtype, seed=seed, max_model_len=max_model_len,
                             gpu_memory_utilization=gpu_memory_utilization,
                             sleep_mode=sleep_between,
-                            tensor_parallel_size=tensor_parallel_size)
+                            tensor_parallel_size=tensor_parallel_size, lora_rank=lora_rank)
+        self.lora_rank = lora_rank
+        self.lora_request = None  # the adapter pushed last (LoRA serving)
+        self.base_loaded = False  # the base weights pushed (LoRA serving)
         self.tokenizer = tokenizer
         self.checkpoint = Path(model_path) if Path(model_path).is_dir() else None
         self.progress = progress
@@ -207,18 +263,48 @@ class VLLMEngine(Engine):
     def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
                     compute_dtype: torch.dtype | None = None) -> VLLMEngine:
         """vLLM beside the training model, in its forward dtype (or `rollout.vllm_dtype`),
-        asleep between rollouts."""
+        asleep between rollouts; serving the model's LoRA adapter when it has one."""
         dtype = forward_dtype(model, compute_dtype, rollout_cfg.vllm_dtype)
+        lora = lora_config(model)
+        serve = lora is not None and rollout_cfg.vllm_lora == "adapters"
         return cls(model_path, tokenizer, seed=seed, dtype=dtype,
                    gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
                    max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,
-                   sleep_level=rollout_cfg.vllm_sleep_level)
+                   sleep_level=rollout_cfg.vllm_sleep_level,
+                   lora_rank=lora.r if serve else None)
 
     def sleep(self) -> None:
         if self.sleeps and self.state != "asleep":
             self.llm.sleep(level=self.sleep_level)
             self.state = "asleep"
             self.weights_lost = self.weights_lost or self.sleep_level == 2
+            # the adapters go with the weights; a level-2 sleep drops the base too
+            self.base_loaded = self.base_loaded and self.sleep_level != 2
+
+    def sync_weights(self, model) -> None:
+        """Push a training model's weights: merged (`model_weights`), or under LoRA serving
+        the base once and the adapters every time (see module doc)."""
+        if self.lora_rank is None:
+            return super().sync_weights(model)
+        if not self.base_loaded:  # a push of weights drops every adapter: base first
+            self.load_weights(model_weights(model, merge=False))
+            self.base_loaded = True
+        self.load_adapter(model)
+
+    def load_adapter(self, model) -> None:
+        """The model's adapter as the one every generate uses: written to a fresh folder
+        under a new id (no KV cached under the old adapter is reused), the old one removed."""
+        from vllm.lora.request import LoRARequest
+
+        old = self.lora_request
+        folder = adapter_folder()
+        write_adapter(model, folder)
+        lora_id = 1 if old is None else old.lora_int_id + 1
+        self.lora_request = LoRARequest(f"policy-{lora_id}", lora_id, folder)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.llm.reset_prefix_cache()
 
     def wake(self, tags: list[str] | None = None) -> None:
         """Wake everything (tags None) or only the weights (`["weights"]`)."""
@@ -243,9 +329,12 @@ class VLLMEngine(Engine):
             raise RuntimeError("vllm engine: a level-2 sleep discarded the weights and none "
                                "were pushed since; call sync_weights/load_weights before "
                                "generate")
+        if self.lora_rank is not None and self.lora_request is None:
+            raise RuntimeError("vllm engine: LoRA serving, but no adapter was pushed; call "
+                               "sync_weights before generate")
         self.wake()
         outputs = self.llm.generate(vllm_requests(self.tokenizer, prompts), params,
-                                    use_tqdm=self.progress)
+                                    use_tqdm=self.progress, lora_request=self.lora_request)
         return vllm_outputs_to_samples(outputs)
 
     def close(self) -> None:
@@ -255,11 +344,15 @@ class VLLMEngine(Engine):
         default process group (`cleanup_dist_env_and_memory`); left to its finalizer at
         interpreter exit it would find torchrun's group already destroyed and print
         "Invalid process group specified" for every rank."""
+        if self.lora_request is not None:
+            shutil.rmtree(self.lora_request.lora_path, ignore_errors=True)
         self.llm.llm_engine.engine_core.shutdown()
 
     def load_weights(self, weights: Weights) -> None:
         """Push weights in place; an asleep engine wakes its weights only (the KV cache
-        stays released until generate needs it)."""
+        stays released until generate needs it). vLLM drops any adapter it holds."""
         self.wake(tags=["weights"])
         push_weights(self.llm, weights)
         self.weights_lost = False
+        if self.lora_request is not None:  # served again by the next load_adapter
+            self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)

@@ -212,3 +212,123 @@ def test_staleness_and_schedule_free_train_with_lora(make_cfg, extra):
     out = train(make_cfg(**sections))
     assert (out / "DONE").exists()
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("targets", [["lm_head"], ["embed_tokens"], ["q_proj", "lm_head"]])
+def test_targets_outside_the_decoders_linear_layers_are_refused(targets):
+    """The chunked head never trains an lm_head adapter, and an embed_tokens adapter
+    (peft's lora_embedding_A/B) would be dropped from the merge, adapter/ and the reference
+    snapshot: the trainer and the saved checkpoint would differ."""
+    model = _llama()
+    with pytest.raises(ValueError, match=r"only linear layers inside the decoder's layers "
+                                         r"take adapters \(\['down_proj', 'gate_proj'"):
+        lora.apply_lora(model, LoraSettings(target_modules=targets))
+    assert not lora.lora_layers(model)  # refused before anything was injected
+    lora.apply_lora(model, LoraSettings(target_modules=["q_proj", "down_proj"]))
+    assert lora.linear_names(model) == ['down_proj', 'gate_proj', 'k_proj', 'o_proj',
+                                        'q_proj', 'up_proj', 'v_proj']  # adapted: the same
+
+
+def test_a_float32_save_over_bf16_weights_keeps_the_adapters_update():
+    """Merged in the save dtype: an update below half a bf16 step of W survives a float32
+    save (rounded to bf16 first, it was W again)."""
+    model = _llama(torch.bfloat16)
+    lora.apply_lora(model, LoraSettings(rank=2))
+    with torch.no_grad():
+        for name, p in lora.adapter_parameters(model).items():
+            p.fill_(1e-3 if ".lora_B." in name else 1.0)  # s B A = 16 * 2e-3 = 0.032 / entry
+    layer = model.model.layers[0].self_attn.q_proj
+    w, delta = layer.base_layer.weight.float(), layer.get_delta_weight("default").float()
+    merged32, _ = lora.checkpoint_parts(model, keep=True, dtype=torch.float32)
+    merged16, _ = lora.checkpoint_parts(model, keep=True)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    torch.testing.assert_close(merged32[name], w + delta, rtol=0, atol=1e-6)
+    assert merged32[name].dtype == torch.float32 and merged16[name].dtype == torch.bfloat16
+    assert (merged16[name].float() - (w + delta)).abs().max() > 1e-4  # bf16 rounding lost
+
+
+def test_saving_the_adapters_asks_no_hub(tmp_path, monkeypatch):
+    """With model.path a hub id (no local config.json) peft's save_embedding_layers="auto"
+    looks the base model up on the Hub: a stall on an offline node. The writer turns it
+    off; here any Hub lookup fails the test."""
+    import peft.utils.save_and_load as save_and_load
+
+    def offline(*args, **kwargs):
+        raise AssertionError(f"the adapter save asked the Hub: {args}")
+
+    monkeypatch.setattr(save_and_load, "check_file_exists_on_hf_hub", offline)
+    model = _llama()
+    model.config.name_or_path = "some-org/some-model"  # a hub id, as model.path may be
+    peft_model = lora.apply_lora(model, LoraSettings(rank=2))
+    peft_model.peft_config["default"].base_model_name_or_path = "some-org/some-model"
+    _, adapters = lora.checkpoint_parts(model, keep=True)
+    lora.adapter_writer(peft_model, adapters)(tmp_path)
+    assert (tmp_path / lora.ADAPTER_DIR / "adapter_model.safetensors").is_file()
+
+
+def test_adapter_contexts_restore_what_they_changed_when_entering_fails(monkeypatch):
+    model = _llama()
+    lora.apply_lora(model, LoraSettings(rank=2))
+    _train_adapters(model, 2, seed=3)
+    before = {n: p.detach().clone() for n, p in lora.adapter_parameters(model).items()}
+    broken = {n: t for n, t in lora.adapter_snapshot(model).items()}
+    broken.pop(next(iter(broken)))  # a snapshot missing one adapter: the copy raises midway
+    with pytest.raises(KeyError):
+        with lora.adapters_from(model, {n: t * 0 for n, t in broken.items()}):
+            pass
+    for n, p in lora.adapter_parameters(model).items():
+        assert torch.equal(p, before[n]), n  # the ones copied before the failure restored
+    layers = lora.lora_layers(model)
+    monkeypatch.setattr(type(layers[1]), "enable_adapters", _fail_on_false(type(layers[1])))
+    with pytest.raises(RuntimeError):
+        with lora.adapters_off(model):
+            pass
+    assert all(not layer.disable_adapters for layer in layers)  # all on again
+
+
+def _fail_on_false(cls):
+    real = cls.enable_adapters
+    calls = []
+
+    def enable(self, enabled):
+        calls.append(enabled)
+        if enabled is False and len(calls) == 2:  # the second layer refuses to switch off
+            raise RuntimeError("cannot disable")
+        return real(self, enabled)
+
+    return enable
+
+
+def test_the_adapters_an_engine_is_served_reconstruct_the_update(tmp_path):
+    """rollout.vllm_lora: adapters. The files vLLM loads (peft's format, written without
+    peft's wrapper) hold the update exactly, and the base weights it is pushed once are the
+    unmerged ones; in bf16 a merged weight keeps little of an early, small update (the
+    reason to serve the adapters: perf/lora_push_gap.py measures both at the log-probs)."""
+    from peft import LoraConfig
+
+    from common.generation.base import lora_config
+    from common.generation.vllm import write_adapter
+
+    model = _llama(torch.bfloat16)
+    lora.apply_lora(model, LoraSettings(rank=2))
+    _train_adapters(model, 2, seed=4)
+    write_adapter(model, tmp_path)
+    config = LoraConfig.from_pretrained(str(tmp_path))
+    assert (config.r, config.lora_alpha) == (2, 32.0) and lora_config(model).r == 2
+    tensors = load_file(tmp_path / "adapter_model.safetensors")
+    layer = model.model.layers[1].mlp.down_proj
+    prefix = "base_model.model.model.layers.1.mlp.down_proj"
+    assert torch.equal(tensors[f"{prefix}.lora_A.weight"], layer.lora_A["default"].weight)
+    assert torch.equal(tensors[f"{prefix}.lora_B.weight"], layer.lora_B["default"].weight)
+    assert len(tensors) == 2 * 7 * 2
+    base = dict(model_weights(model, merge=False))
+    assert torch.equal(base["model.layers.1.mlp.down_proj.weight"], layer.base_layer.weight)
+    # a small update (B ~ 1e-6, as a run's first steps at lr 1e-5 make it): bf16(W + s B A)
+    # keeps little of it, the adapters all of it
+    with torch.no_grad():
+        b = layer.lora_B["default"].weight
+        b.copy_(1e-6 * torch.randn(b.shape, generator=torch.Generator().manual_seed(0)))
+    delta = layer.get_delta_weight("default").float()
+    merged = dict(model_weights(model))["model.layers.1.mlp.down_proj.weight"].float()
+    kept = (merged - layer.base_layer.weight.float()).norm() / delta.norm()
+    assert kept < 0.5, float(kept)

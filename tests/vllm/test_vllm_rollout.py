@@ -27,13 +27,13 @@ UNTIMED_SKIP = {"time_rollout", "time_logprob", "time_update", "time_step", "tok
 
 def _config(tmp_path: Path, model: Path, run_id: str, lora: dict | None = None,
             steps: int = 4, lr: float = 1e-3, dynamic_sampling: bool | None = None,
-            **debug) -> Path:
+            vllm_lora: str = "merged", **debug) -> Path:
     cfg = parse_run_config({
         "run_id": run_id, "out_dir": str(tmp_path / run_id), "seed": 0,
         "model": {"path": str(model), "device": "cpu", "lora": lora},
         "rollout": {"engine": "vllm", "n": 8, "prompts_per_step": 8, "max_new_tokens": 24,
                     "overlong_buffer": 4, "temperature": 0.8,
-                    "dynamic_sampling": dynamic_sampling},
+                    "dynamic_sampling": dynamic_sampling, "vllm_lora": vllm_lora},
         "optim": {"steps": steps, "lr": lr, "epochs": 2, "mini_batch_size": 32},
         "checkpoint": {"eval_steps": [steps]},
         "tracking": {"mlflow_uri": None, "progress": False},
@@ -75,8 +75,10 @@ def test_vllm_engine_trains_resumes_and_matches_the_trainer(vllm_tiny, tmp_path)
     assert untimed(rows_cut) == untimed(rows_full)
 
 
-def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path):
-    """model.lora: the engine is pushed W + scaling * B A under the plain names every step,
+@pytest.mark.parametrize("push", ["merged", "adapters"])
+def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path, push):
+    """model.lora: the engine is pushed W + scaling * B A under the plain names every step
+    (merged), or the base once and the adapters through vLLM's LoRA every step (adapters),
     so vLLM's log-probs equal the adapted trainer's (float32, < 1e-4) while the adapters
     move the model far from its base (a sampler left on the base would be ~1e-1 off)."""
     import torch
@@ -86,7 +88,8 @@ def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path):
 
     # every batch kept (no dynamic sampling), so the gap is measured after every push
     run_cli("trainer", "--config", str(_config(tmp_path, vllm_tiny, "lora", lora={"rank": 4},
-                                               steps=3, lr=1e-2, dynamic_sampling=False)))
+                                               steps=3, lr=1e-2, dynamic_sampling=False,
+                                               vllm_lora=push)))
     rows = _metrics(tmp_path / "lora")
     assert [r["step"] for r in rows] == [1, 2, 3] and all(r["grad_norm"] > 0 for r in rows)
     for row in rows:
@@ -98,6 +101,25 @@ def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path):
     with torch.no_grad():
         moved = (response_logprobs(merged, batch)[0] - response_logprobs(base, batch)[0]).abs()
     assert moved.max() > 1e-2, float(moved.max())
+
+
+def test_served_adapters_in_bf16_keep_the_sampler_on_the_policy(vllm_tiny):
+    """bfloat16, the LoRA presets' sampler: vLLM serving the adapters (perf/lora_push_gap.py,
+    one engine) samples from the adapted policy: the sampler/trainer gap stays at bf16's
+    size (< 5e-3 nats per token, the no-LoRA bf16 gap is ~2e-3) and the sampler follows the
+    adapters' move (its projection >= 0.8 of the trainer's)."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "perf" / "lora_push_gap.py"
+    proc = subprocess.run([sys.executable, str(script), "--model", str(vllm_tiny), "--mode",
+                           "adapter", "--scales", "1e-2", "--json"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert row["move"] > 5 * row["gap"], row  # the adapters moved the policy well past noise
+    assert row["gap"] < 5e-3 and row["seen"] >= 0.8, row
 
 
 def test_weight_push_stays_in_process_and_reaches_the_sampler(vllm_engine_probe):
