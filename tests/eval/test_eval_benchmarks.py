@@ -61,7 +61,7 @@ def _write(path, text):
 def test_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match=r"'aime26' is not registered.*aime24"):
         load_benchmark("aime26")
-    assert set(BENCHMARKS) == {"aime24", "aime25", "amc23", "toy"}
+    assert set(BENCHMARKS) == {"aime24", "aime25", "amc23", "toy", "arithmetic"}
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_benchmark("aime24", path=tmp_path / "missing.jsonl")
     bad = _write(tmp_path / "bad.jsonl", '{"problem": "x", "answer": "1"}\n{oops\n')
@@ -85,3 +85,18 @@ def test_errors_name_the_problem(tmp_path):
         load_benchmark("aime24", path=_write(tmp_path / "x.parquet", "not parquet"))
     with pytest.raises(ValueError, match="limit=0"):
         load_benchmark("toy", limit=0)
+
+
+def test_generated_arithmetic_is_its_held_out_split_and_never_a_training_question():
+    from common import arithmetic
+
+    bench = load_benchmark("arithmetic")
+    assert len(bench.problems) == arithmetic.pool_size("test") == 579
+    assert bench.source["path_or_id"] == "common.arithmetic:test:n=579:seed=0"
+    train = {p["problem"] for p in arithmetic.problems("train", arithmetic.pool_size("train"))}
+    assert not train & {p["problem"] for p in bench.problems}
+    assert len(train) == 2318
+    for p in bench.problems[:50]:  # the gold is the question's value
+        a, op, b = p["problem"].removeprefix("What is ").removesuffix("?").split()
+        assert str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]) == \
+            p["answer"]

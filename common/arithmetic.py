@@ -1,0 +1,65 @@
+"""Generated arithmetic questions for a small real instruct model (`task.kind: arithmetic`,
+benchmark `arithmetic`): sums, differences and products of small whole numbers in plain
+words, graded by math-verify on the response's `\\boxed{}` answer.
+
+A problem is one of
+    "What is a + b?"   a, b in 10..49       (two-digit addition: 1,600)
+    "What is a - b?"   10 <= b < a <= 59    (two-digit subtraction: 1,225)
+    "What is a * b?"   a in 2..9, b in 11..19 (one digit by two: 72)
+and the gold answer its value as a string. The 2,897 questions are split once,
+deterministically, into a held-out pool (20%: 579) and a training pool (80%: 2,318), so
+training never sees a held-out question. The ranges sit where SmolLM2-135M-Instruct is
+often wrong at temperature 1 but not hopeless (docs/results.md "A real model on a laptop"):
+a task it already solved would show nothing, one it cannot solve would teach nothing.
+
+    python -c "from common.arithmetic import problems; print(problems('test', 3))"
+"""
+
+from __future__ import annotations
+
+import random
+
+SPLITS = ("train", "test")
+TEST_FRACTION = 0.2
+
+
+def _questions() -> list[tuple[str, int]]:
+    out = [(f"What is {a} + {b}?", a + b) for a in range(10, 50) for b in range(10, 50)]
+    out += [(f"What is {a} - {b}?", a - b) for a in range(11, 60) for b in range(10, a)]
+    out += [(f"What is {a} * {b}?", a * b) for a in range(2, 10) for b in range(11, 20)]
+    return out
+
+
+def _pools() -> dict[str, list[tuple[str, int]]]:
+    questions = _questions()
+    random.Random("arithmetic-split-v1").shuffle(questions)
+    n_test = int(len(questions) * TEST_FRACTION)
+    return {"test": questions[:n_test], "train": questions[n_test:]}
+
+
+_POOLS = _pools()
+
+
+def pool_size(split: str) -> int:
+    """How many distinct questions `split` has (579 test, 2,318 train)."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not an arithmetic split; choose one of {SPLITS}")
+    return len(_POOLS[split])
+
+
+def problems(split: str, n: int, seed: int = 0) -> list[dict]:
+    """`n` questions of `split` as dicts with keys id, problem, answer (a str): distinct
+    while `n` is at most the pool, the pool cycled in fresh shuffles beyond; deterministic
+    for (split, n, seed)."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not an arithmetic split; choose one of {SPLITS}")
+    if n < 0:
+        raise ValueError(f"n={n} must be >= 0")
+    rng = random.Random(f"arithmetic-{split}-{seed}")
+    order: list[tuple[str, int]] = []
+    while len(order) < n:
+        chunk = list(_POOLS[split])
+        rng.shuffle(chunk)
+        order.extend(chunk)
+    return [{"id": f"arithmetic-{split}-{i:05d}", "problem": q, "answer": str(v)}
+            for i, (q, v) in enumerate(order[:n])]
