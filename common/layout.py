@@ -14,6 +14,8 @@
                                                report's intervals read (a snapshot ships it)
         crosscheck/                            .crosscheck -> CrosscheckDir (eval.crosscheck)
     <results_dir>/envs/<name>/               env_dir(results_dir, name): shared by sweeps
+    <results_dir>/models/<name>/             prepared_model_dir(results_dir, name): a named
+                                               pretrained model, converted once (trainer.pretrained)
 
     runs/<run_id>/                           RunDir(root)
         config.yaml                            .config: the resolved run config
@@ -273,3 +275,9 @@ class CrosscheckDir(_Dir):
 def env_dir(results_dir: str | Path, name: str) -> Path:
     """`<results_dir>/envs/<name>`: an environment every sweep under results_dir shares."""
     return Path(results_dir) / "envs" / name
+
+
+def prepared_model_dir(results_dir: str | Path, name: str) -> Path:
+    """`<results_dir>/models/<name>`: a named pretrained model (trainer.pretrained), converted
+    once and read by every sweep under results_dir."""
+    return Path(results_dir) / "models" / name

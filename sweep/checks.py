@@ -10,7 +10,7 @@ from pathlib import Path
 from trainer.config import check_model_path
 
 from .expand import Cell
-from .runconfig import TINY, run_config
+from .runconfig import TINY, model_dir, run_config
 from .spec import SweepConfig, SweepError
 
 
@@ -22,7 +22,7 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
             raise SweepError(f"{source}: eval.files.{bench}: {path} does not exist; give an "
                              "existing JSONL/parquet file, or drop the key to load the hub copy")
     model_path = sweep.base.get("model", {}).get("path", TINY)
-    if model_path != TINY:
+    if model_dir(sweep) is None:  # the user's folder or hub id (the workflow makes the others)
         try:
             check_model_path(str(model_path), probe_hub=False)  # no network at parse time
         except ValueError as exc:

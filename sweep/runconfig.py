@@ -12,13 +12,26 @@ from pathlib import Path
 
 import yaml
 
-from common.layout import RunDir, SweepDir
+from common.layout import RunDir, SweepDir, prepared_model_dir
 from trainer.config import RunConfig, parse_run_config
+from trainer.pretrained import is_prepared
 
 from .expand import Cell, method_spec, model_settings, rollout_settings
 from .spec import SweepConfig, SweepError, merged
 
 TINY = "tiny"  # base.model.path placeholder: the workflow builds the tiny model
+
+
+def model_dir(sweep: SweepConfig) -> Path | None:
+    """The folder the workflow makes for the sweep's model.path: the tiny model's (built or
+    copied per sweep), a named pretrained model's (converted once per results directory,
+    trainer.pretrained), or None for a folder or hub id of the user's."""
+    path = str(sweep.base.get("model", {}).get("path", TINY))
+    if path == TINY:
+        return SweepDir(sweep.out_dir).model
+    if is_prepared(path):
+        return prepared_model_dir(sweep.results_dir, path)
+    return None
 
 
 def run_dir(sweep: SweepConfig, run_id: str) -> RunDir:
@@ -30,8 +43,9 @@ def run_config(sweep: SweepConfig, cell: Cell, source: str = "<sweep>") -> dict:
     sweep's `base` is a one-line SweepError naming `source` and the key."""
     base = dict(sweep.base)
     model = dict(base.get("model", {}))
-    if model.get("path", TINY) == TINY:
-        model["path"] = str(SweepDir(sweep.out_dir).model)
+    made = model_dir(sweep)
+    if made is not None:
+        model["path"] = str(made)
     # The spec says how the cell was made; `resolved` is what the trainer runs (resolved
     # once, by sweep.expand). `cell.base_method` is always registered (a grid-renamed RPG
     # cell takes the registered name of what it became, which spells divergence and form).
@@ -158,8 +172,9 @@ def initial_model(sweep: SweepConfig) -> str | None:
     """The model every run starts from, when it is a local directory (the tiny default or a
     path); None for a hub id, which is not a checkpoint directory to evaluate."""
     path = str(sweep.base.get("model", {}).get("path", TINY))
-    if path == TINY:
-        return str(SweepDir(sweep.out_dir).model)
+    made = model_dir(sweep)
+    if made is not None:
+        return str(made)
     return path if Path(path).is_dir() else None
 
 

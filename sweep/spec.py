@@ -26,11 +26,13 @@ from common.layout import SweepDir
 from common.prompts import TEMPLATES
 from eval.benchmarks import BENCHMARKS  # the one registry of benchmark names
 from eval.run import EvalConfig
+from trainer.config import TaskConfig
 from trainer.distributed import check_torch
 from trainer.tiny import TinyConfig
 
 # The eval job's defaults and names come from evaluation's own config and registries.
 _EVAL = EvalConfig.model_fields
+_TASK_TEMPLATE = TaskConfig.model_fields["template"].default  # the trainer's default prompt
 _CLIP = ClipConfig.model_fields
 ScorerName = SCORERS.Name
 TemplateName = TEMPLATES.Name
@@ -117,7 +119,8 @@ class EvalSpec(Strict):
     temperature: float = Field(_EVAL["temperature"].default, ge=0)
     top_p: float = Field(_EVAL["top_p"].default, gt=0, le=1)
     max_new_tokens: int = Field(_EVAL["max_new_tokens"].default, ge=1)
-    template: TemplateName = _EVAL["template"].default
+    template: TemplateName = Field(_TASK_TEMPLATE, description="prompt template; unset: "
+                                   "base.task.template, the one the runs train with")
     scorers: list[ScorerName] = list(_EVAL["scorers"].default)
     backend: BackendName = _EVAL["backend"].default
     limit: dict[str, int] = Field(default_factory=dict,
@@ -272,6 +275,26 @@ class SweepConfig(Strict):
                 f"resources.train asks for {train.gpus} GPUs on {train.nodes} node(s) (one "
                 "process each, every one would evaluate); use eval.group: run")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _evaluated_with_the_training_prompt(cls, data: Any) -> Any:
+        """Checkpoints are evaluated with the prompt template the runs trained with: an
+        unset eval.template takes base.task.template, a different one is refused (a model
+        trained to answer one prompt and scored on another measures the prompt change)."""
+        if not isinstance(data, dict) or not isinstance(data.get("eval"), dict):
+            return data
+        base = data.get("base") if isinstance(data.get("base"), dict) else {}
+        task = base.get("task") if isinstance(base.get("task"), dict) else {}
+        trained = task.get("template", _TASK_TEMPLATE)
+        given = data["eval"].get("template")
+        if given is None:
+            return {**data, "eval": {**data["eval"], "template": trained}}
+        if given != trained:
+            raise ValueError(f"eval.template={given!r} but the runs train with "
+                             f"base.task.template={trained!r}: evaluate with the prompt they "
+                             "learned (drop eval.template, or set both)")
+        return data
 
     @property
     def out_dir(self) -> Path:

@@ -4,6 +4,8 @@
     python -m trainer train --config run.yaml           # same
     python -m trainer tiny --out DIR [--sft-steps N]    # build + warm-start the tiny model
                                                         # (options: trainer.tiny.TinyConfig)
+    python -m trainer prepare smollm2-135m-instruct --out DIR   # a real model, offline
+                                                        # (trainer.pretrained)
     python -m trainer heldout --model DIR [--n 4 | --greedy]   # toy held-out accuracy
 
 Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config, an unloadable
@@ -97,6 +99,22 @@ def _tiny(args) -> int:
     return 0
 
 
+def _prepare(args) -> int:
+    from trainer.pretrained import PREPARED, prepare
+
+    if args.name not in PREPARED:
+        print(f"error: python -m trainer prepare: unknown model {args.name!r}; choose one of "
+              f"{sorted(PREPARED)}", file=sys.stderr)
+        return 2
+    try:
+        out = prepare(args.name, args.out)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"prepared {args.name} in {out}")
+    return 0
+
+
 def _add_model_options(parser: argparse.ArgumentParser, model) -> None:
     """One `--field-name` option per field of a pydantic model: the model stays the one
     owner of names, types, defaults and help; an option left out keeps the model's default."""
@@ -152,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
 
         _add_model_options(p, TinyConfig)
     p.set_defaults(func=_tiny)
+    p = sub.add_parser("prepare", help="convert a named pretrained model into an HF folder")
+    p.add_argument("name", help="a trainer.pretrained name, e.g. smollm2-135m-instruct")
+    p.add_argument("--out", required=True, help="output directory (HF format)")
+    p.set_defaults(func=_prepare)
     p = sub.add_parser("heldout", help="held-out accuracy on the toy test split")
     p.add_argument("--model", required=True)
     p.add_argument("--n", type=int, default=4, help="samples per problem (temperature 1.0)")

@@ -135,8 +135,18 @@ class ModelConfig(_Section):
 class TaskConfig(_Section):
     """Prompts and the verifiable reward."""
 
-    kind: Literal["toy", "math"] = Field(
-        "toy", description="toy: the built-in arithmetic task; math: a JSONL/parquet or hub data set")
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        from trainer.tasks import task_kinds  # the registry: common.generated + math
+
+        if v not in task_kinds():
+            raise ValueError(f"unknown task kind {v!r}; choose one of {task_kinds()}")
+        return v
+
+    kind: str = Field(
+        "toy", description="a generated task (common.generated: toy, the tiny model's; arithmetic, "
+        "a small real model's), or math: a JSONL/parquet or hub data set")
     path: str | None = Field(
         None, description="math: local JSONL/parquet file or hub id (DAPO-Math-17k style)"
     )
@@ -145,7 +155,8 @@ class TaskConfig(_Section):
     answer_key: str | None = Field(None, description="math: answer column (auto: answer/solution/"
                                    "reward_model.ground_truth)")
     num_prompts: int | None = Field(
-        2048, ge=1, description="toy: problems drawn from its train split; math: limit (null=all)"
+        2048, ge=1, description="a generated task: problems drawn from its train split; math: "
+        "limit (null=all)"
     )
     template: TemplateName = Field("dapo", description="prompt template (common.prompts)")
     scorer: ScorerName = Field("dapo", description="reward grader (common.grading)")
@@ -514,6 +525,12 @@ def check_model_path(path: str, *, probe_hub: bool = True) -> None:
         raise ValueError("model.path is required: an HF model directory or a hub id "
                          "(e.g. the output of `python -m trainer tiny --out DIR`)")
     local = Path(path).expanduser()
+    from trainer.pretrained import is_prepared
+
+    if is_prepared(path) and not local.is_dir():
+        raise ValueError(f"model.path={path!r} names a model the workflow prepares: in a sweep it "
+                         f"is converted for you; for the trainer alone run `python -m trainer "
+                         f"prepare {path} --out DIR` and give model.path: DIR")
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise ValueError(f"model.path={path!r} is a directory without config.json; give "

@@ -12,6 +12,7 @@ from sweep.runconfig import (
     eval_args,
     initial_eval_args,
     initial_model,
+    model_dir,
     report_paper_args,
     run_config,
     run_config_yaml,
@@ -41,8 +42,11 @@ STEPS = SWEEP.eval.steps
 SEGMENTS = segment_steps(SWEEP)  # eval.group checkpoint: train in segments up to these steps
 EVAL_IN_TRAIN = SWEEP.eval.group == "train"  # the train job evaluates its run (sweep/job.py)
 BENCHES = SWEEP.eval.benchmarks
-TINY = SWEEP.base.get("model", {}).get("path", "tiny") == "tiny"
 MODEL_DIR = str(LAYOUT.model)
+# the folder a job's model comes from when the workflow makes it (the tiny model, or a named
+# pretrained model converted once: rule prepare_model); [] for the user's folder or hub id
+MADE_MODEL = model_dir(SWEEP)
+MODEL_INPUT = [str(MADE_MODEL)] if MADE_MODEL is not None else []
 
 wildcard_constraints:
     run_id="|".join(RUN_IDS),

@@ -65,7 +65,7 @@ elif SWEEP.eval.group == "checkpoint":
 
 rule evaluate_initial:
     input:
-        model=[MODEL_DIR] if TINY else [],
+        model=MODEL_INPUT,
     output:
         summaries=[summary_for_report(str(LAYOUT.initial.eval_summary(0, b)), b, 0,
                                       run="initial model") for b in BENCHES],

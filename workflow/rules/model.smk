@@ -7,6 +7,8 @@
 import json
 from pathlib import Path
 
+from trainer.pretrained import is_prepared
+
 SHIPPED_TINY = Path(workflow.basedir) / "data" / "tiny-model"
 USE_SHIPPED_TINY = (
     not SWEEP.tiny.rebuild
@@ -34,3 +36,24 @@ rule tiny_model:
             if USE_SHIPPED_TINY
             else "python -m trainer tiny --out {output} {params.args} > {log} 2>&1"
         )
+
+
+# A named pretrained model (trainer.pretrained: `model.path: smollm2-135m-instruct`),
+# converted once from its wheel's GGUF file into an HF folder every sweep under the results
+# directory reads (common.layout.prepared_model_dir).
+PREPARED_NAME = str(SWEEP.base.get("model", {}).get("path", ""))
+if is_prepared(PREPARED_NAME):
+
+    rule prepare_model:
+        output:
+            directory(str(MADE_MODEL)),
+        params:
+            name=PREPARED_NAME,
+        conda:
+            "../envs/harness.yaml"
+        log:
+            str(LAYOUT.log("prepare_model")),
+        benchmark:
+            str(LAYOUT.benchmark("prepare_model"))
+        shell:
+            "python -m trainer prepare {params.name} --out {output} > {log} 2>&1"

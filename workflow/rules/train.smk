@@ -30,7 +30,7 @@ if SEGMENTS:
     rule train_segment:
         input:
             cfg=rules.run_config.output[0],
-            model=[MODEL_DIR] if TINY else [],
+            model=MODEL_INPUT,
             previous=lambda wc: previous_segment(wc, before=int(wc.step)),
         output:
             str(RUN.segment("{step}")),
@@ -60,7 +60,7 @@ if SEGMENTS:
 rule train:
     input:
         cfg=rules.run_config.output[0],
-        model=[MODEL_DIR] if TINY else [],
+        model=MODEL_INPUT,
         previous=previous_segment,
     output:
         done=str(RUN.done),
