@@ -61,7 +61,9 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=default("temperature"))
     p.add_argument("--top-p", type=float, default=default("top_p"))
     p.add_argument("--max-new-tokens", type=int, default=default("max_new_tokens"))
-    p.add_argument("--template", default=default("template"), choices=list(TEMPLATES))
+    p.add_argument("--template", default=default("template"), choices=list(TEMPLATES),
+                   help="default: the template the checkpoint's run trained with (its "
+                   "run_config.yaml), else dapo; another than that one is refused")
     p.add_argument("--backend", default=default("backend"), choices=list(ENGINES))
     p.add_argument("--seed", type=int, default=default("seed"))
     p.add_argument("--step", type=int, default=None,

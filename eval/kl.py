@@ -62,15 +62,22 @@ def _looks_local(path: str) -> bool:
     return Path(path).is_absolute() or path.startswith(".") or path.count("/") != 1
 
 
+def saved_run_config(checkpoint: str | Path) -> dict | None:
+    """The run config a checkpoint was saved with (`common.layout.CHECKPOINT_CONFIG`, what
+    the trainer writes into every checkpoint), None when it has none (a hub model)."""
+    path = Path(checkpoint) / CHECKPOINT_CONFIG
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+
+
 def initial_model_of(checkpoint: str | Path) -> str | None:
     """`model.path` of the run config a checkpoint was saved with (None without one).
 
     Raises ValueError when that config names a local directory that does not exist: the KL
     needs it, and an evaluation should fail before sampling rather than after."""
     path = Path(checkpoint) / CHECKPOINT_CONFIG
-    if not path.is_file():
+    cfg = saved_run_config(checkpoint)
+    if cfg is None:
         return None
-    cfg = yaml.safe_load(path.read_text()) or {}
     model = str((cfg.get("model") or {}).get("path") or "")
     if not model:
         return None

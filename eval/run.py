@@ -49,7 +49,9 @@ class EvalConfig(BaseModel):
     temperature: float = Field(1.0, ge=0.0)  # 0 = greedy
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(8192, ge=1)  # always explicit (vLLM defaults to 16)
-    template: TEMPLATES.Name = "dapo"  # prompt template in common.prompts.TEMPLATES
+    # prompt template in common.prompts.TEMPLATES; None: the one the checkpoint's run trained
+    # with (its run_config.yaml task.template), else DEFAULT_TEMPLATE (`trained_template`)
+    template: TEMPLATES.Name | None = None
     backend: ENGINES.Name = "hf"  # generation engine in common.generation.ENGINES
     seed: int = 0  # sampling seed and bootstrap seed
     step: int | None = None  # training step recorded in the summary (null: not a run)
@@ -218,6 +220,26 @@ def log_to_mlflow(summary: dict, uri: str, run_id: str) -> bool:
     return True
 
 
+DEFAULT_TEMPLATE = "dapo"  # the paper's prompt, for a checkpoint no run of ours saved
+
+
+def trained_template(checkpoint: str | Path, asked: str | None) -> str:
+    """The prompt template an evaluation uses: the one the checkpoint's run trained with
+    (its saved run config's task.template; a checkpoint without one: `asked`, else
+    DEFAULT_TEMPLATE). Asking for another than the trained one is a ValueError naming both:
+    a model scored on a prompt it never learned measures the prompt change."""
+    saved = kl.saved_run_config(checkpoint)
+    trained = ((saved.get("task") or {}).get("template", DEFAULT_TEMPLATE)
+               if saved is not None else None)
+    if trained is None:
+        return asked or DEFAULT_TEMPLATE
+    if asked is not None and asked != trained:
+        raise ValueError(f"--template {asked}: {checkpoint} was trained with template "
+                         f"{trained!r} (its {kl.CHECKPOINT_CONFIG}); evaluate with it "
+                         "(drop --template)")
+    return trained
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A validated evaluation, ready to run: nothing heavy has happened yet."""
@@ -241,6 +263,7 @@ def prepare(cfg: EvalConfig) -> Prepared:
     if cfg.mlflow_run_id is not None and cfg.mlflow_uri is None:
         raise ValueError("--mlflow-run-id needs --mlflow-uri (the store holding that run)")
     ckpt = check_checkpoint(cfg.checkpoint)
+    cfg = cfg.model_copy(update={"template": trained_template(ckpt, cfg.template)})
     bench = load_benchmark(cfg.benchmark, path=cfg.benchmark_file, limit=cfg.limit)
     initial = kl.initial_model_of(ckpt) if cfg.kl else None
     initial_sha = model_sha256(Path(initial)) if initial and Path(initial).is_dir() else None

@@ -290,3 +290,23 @@ def test_many_checkpoints_need_a_step_placeholder_and_one_architecture(tiny_chec
                  *base]) == 2
     assert "num_hidden_layers" in capsys.readouterr().err
     assert not (tmp_path / "s_2").exists()  # refused before any generation
+
+
+def test_evaluation_uses_the_template_the_run_trained_with(tmp_path):
+    """A checkpoint the trainer saved carries its run config: evaluation reads its
+    task.template, and refuses another one; a checkpoint of no run of ours takes the one
+    asked for (dapo by default)."""
+    import yaml
+
+    from eval.run import trained_template
+
+    ckpt = tmp_path / "step_4"
+    ckpt.mkdir()
+    assert trained_template(ckpt, None) == "dapo" and trained_template(ckpt, "boxed") == "boxed"
+    (ckpt / "run_config.yaml").write_text(yaml.safe_dump({"task": {"template": "boxed"}}))
+    assert trained_template(ckpt, None) == "boxed" == trained_template(ckpt, "boxed")
+    with pytest.raises(ValueError, match=r"--template dapo: .*step_4 was trained with template "
+                                         r"'boxed' \(its run_config.yaml\)"):
+        trained_template(ckpt, "dapo")
+    (ckpt / "run_config.yaml").write_text(yaml.safe_dump({"task": {"kind": "toy"}}))
+    assert trained_template(ckpt, None) == "dapo"  # the trainer's default prompt
