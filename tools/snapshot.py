@@ -1,0 +1,127 @@
+"""Commit a finished sweep as a named snapshot: docs/runs/<name>/ (docs/reports.md).
+
+    python tools/snapshot.py results/<sweep> docs/runs/<name> --command "snakemake -c 2 ..." \
+        --commit SHA --wall-s 431 --machine idle [--cpu "AMD EPYC, 2 cores"] \
+        [--aten-cpu-capability default] [--date ISO] [--load "..."] [--note "..."]
+
+A snapshot is what README and docs/results.md quote, and all a reader needs to recompute
+them: the sweep's `report.md`, its `tables/` (every CSV, Markdown and LaTeX table, and
+`problem_scores.csv.gz`, the per-problem scores every interval reads; not
+`train_metrics.csv`, whose per-step rows no published number needs), its `plots/` (PNG), and
+`run.json` (where, how and how long it ran: `tools/gen_docs.py` turns it into the provenance
+sentence). The report is first rebuilt with this checkout's analysis (`python -m analysis
+report`, as the workflow's rule calls it), so a snapshot always says what the current
+statistics say of its runs; `python -m analysis recompute docs/runs/<name>` then checks it.
+An existing snapshot folder is replaced whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from common.layout import SweepDir  # noqa: E402
+
+LEFT_OUT = {"train_metrics.csv"}  # per-step training rows: no published number reads them
+
+
+def cpu_name() -> str:
+    """lscpu's model name, else the platform's processor string."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        name = next(line.split(":", 1)[1].strip() for line in out.splitlines()
+                    if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def rebuild_report(sweep: Path) -> None:
+    """The sweep's report.md, tables and plots, from its runs, with this checkout's code,
+    run as the workflow runs it: from a folder where the sweep is `results/<name>` (a link
+    in a temporary folder), so the report names it so and not by this machine's path."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rel = Path("results") / sweep.resolve().name
+        (Path(tmp) / "results").mkdir()
+        (Path(tmp) / rel).symlink_to(sweep.resolve())
+        layout = SweepDir(rel)
+        cmd = [sys.executable, "-m", "analysis", "report", "--sweep-dir", str(rel), "--out",
+               str(rel), "--quiet"]
+        for flag, folder in (("--audit-dir", layout.audit), ("--figures-dir", layout.paper)):
+            if (Path(tmp) / folder).is_dir():
+                cmd += [flag, str(folder)]
+        subprocess.run(cmd, check=True, cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def snapshot(sweep: Path, dest: Path, meta: dict) -> Path:
+    """Copy the report, tables and plots of `sweep` into `dest` with its run.json."""
+    src = SweepDir(sweep)
+    if not src.report.is_file():
+        raise SystemExit(f"{src.report}: no report; run the sweep (or its report rule) first")
+    if dest.exists():
+        shutil.rmtree(dest)
+    out = SweepDir(dest)
+    out.tables.mkdir(parents=True)
+    shutil.copy(src.report, out.report)
+    for path in sorted(src.tables.iterdir()):
+        if path.is_file() and path.name not in LEFT_OUT:
+            shutil.copy(path, out.tables / path.name)
+    if src.plots.is_dir():
+        out.plots.mkdir()
+        for path in sorted(src.plots.glob("*.png")):
+            shutil.copy(path, out.plots / path.name)
+    (dest / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep", help="results/<sweep>: a finished sweep")
+    p.add_argument("dest", help="docs/runs/<name>")
+    p.add_argument("--command", required=True, help="the command that ran the sweep")
+    p.add_argument("--commit", required=True, help="the commit it ran at")
+    p.add_argument("--wall-s", type=float, required=True, help="its wall time, seconds")
+    p.add_argument("--machine", choices=("idle", "shared"), required=True,
+                   help="idle: nothing else ran beside it; shared: the wall time is an upper bound")
+    p.add_argument("--cpu", default=None, help="default: lscpu's model name and the cores")
+    p.add_argument("--aten-cpu-capability", default=None,
+                   help="ATEN_CPU_CAPABILITY it ran under (default: unset, the host's kernels)")
+    p.add_argument("--date", default=None, help="when it started (ISO 8601; default: now)")
+    p.add_argument("--load", default=None, help="uptime lines before and after")
+    p.add_argument("--note", default=None, help="a sentence the provenance line appends")
+    p.add_argument("--no-rebuild", action="store_true", help="copy the report as it is")
+    args = p.parse_args(argv)
+    sweep = Path(args.sweep)
+    if not SweepDir(sweep).runs.is_dir():
+        raise SystemExit(f"{sweep}: no runs/ folder; give results/<sweep>")
+    if not args.no_rebuild:
+        rebuild_report(sweep)
+    import torch
+
+    meta = {"commit": args.commit, "cpu": args.cpu or cpu_name(), "command": args.command,
+            "wall_s": args.wall_s,
+            "aten_cpu_capability": args.aten_cpu_capability or
+            f"unset (host kernels: torch reports {torch.backends.cpu.get_cpu_capability()})",
+            "date": args.date or datetime.datetime.now(datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"),
+            "machine": args.machine}
+    meta.update({k: v for k, v in (("load", args.load), ("note", args.note)) if v})
+    print(f"wrote {snapshot(sweep, Path(args.dest), meta)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
