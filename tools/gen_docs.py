@@ -377,12 +377,13 @@ def gen_default_results() -> str:
     return snapshot_results(REPO / DEFAULT_SNAPSHOT, DEFAULT_SNAPSHOT)
 
 
-FRONTIER_SNAPSHOT = "docs/runs/frontier"  # README's second result: the reward-KL frontier
+FRONTIER_SNAPSHOT = "docs/runs/frontier"  # docs/results.md's frontier: the reward-KL frontier
 
 
 def gen_frontier_results() -> str:
-    """The frontier overlay's snapshot as README shows it: provenance, the designs' plot at
-    Last and the report's computed contrasts paragraph (analysis.contrasts)."""
+    """The frontier overlay's snapshot as docs/results.md shows it (links relative to docs/):
+    provenance, the designs' plot at Last and the report's computed contrasts paragraph
+    (analysis.contrasts)."""
     from analysis.delta import VERDICT_SCORER
     from common.layout import SweepDir
 
@@ -396,11 +397,12 @@ def gen_frontier_results() -> str:
     if contrasts is None:
         raise SystemExit(f"{run.report}: no contrasts paragraph; regenerate the report with "
                          "`python -m analysis report`")
-    rel = plot.relative_to(REPO)
+    rel = plot.relative_to(REPO / "docs")
+    folder = Path(FRONTIER_SNAPSHOT).relative_to("docs")
     return "\n".join([
         f"{provenance(meta)} Each design (method x beta, fixed reference) at its Last "
         f"checkpoint, Toy accuracy against the KL it paid to the initial model, with 95% t "
-        f"intervals over seeds on both axes ([the run's report]({FRONTIER_SNAPSHOT}/report.md)):",
+        f"intervals over seeds on both axes ([the run's report]({folder}/report.md)):",
         "", f"![reward-KL frontier: designs at Last with 95% seed intervals]({rel})", "",
         "The report's contrasts, computed from these runs (`analysis/contrasts.py`):", "",
         f"> {contrasts}", ""])
