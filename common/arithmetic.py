@@ -17,9 +17,8 @@ a task it already solved would show nothing, one it cannot solve would teach not
 
 from __future__ import annotations
 
-import random
+from common.question_pools import QuestionPools
 
-SPLITS = ("train", "test")
 TEST_FRACTION = 0.2
 
 
@@ -30,36 +29,17 @@ def _questions() -> list[tuple[str, int]]:
     return out
 
 
-def _pools() -> dict[str, list[tuple[str, int]]]:
-    questions = _questions()
-    random.Random("arithmetic-split-v1").shuffle(questions)
-    n_test = int(len(questions) * TEST_FRACTION)
-    return {"test": questions[:n_test], "train": questions[n_test:]}
-
-
-_POOLS = _pools()
+POOLS = QuestionPools("arithmetic", _questions(), TEST_FRACTION)
 
 
 def pool_size(split: str) -> int:
     """How many distinct questions `split` has (579 test, 2,318 train)."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not an arithmetic split; choose one of {SPLITS}")
-    return len(_POOLS[split])
+    return POOLS.size(split)
 
 
 def problems(split: str, n: int, seed: int = 0) -> list[dict]:
     """`n` questions of `split` as dicts with keys id, problem, answer (a str): distinct
     while `n` is at most the pool, the pool cycled in fresh shuffles beyond; deterministic
     for (split, n, seed)."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not an arithmetic split; choose one of {SPLITS}")
-    if n < 0:
-        raise ValueError(f"n={n} must be >= 0")
-    rng = random.Random(f"arithmetic-{split}-{seed}")
-    order: list[tuple[str, int]] = []
-    while len(order) < n:
-        chunk = list(_POOLS[split])
-        rng.shuffle(chunk)
-        order.extend(chunk)
     return [{"id": f"arithmetic-{split}-{i:05d}", "problem": q, "answer": str(v)}
-            for i, (q, v) in enumerate(order[:n])]
+            for i, (q, v) in enumerate(POOLS.draw(split, n, seed))]

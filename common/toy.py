@@ -20,57 +20,30 @@ itself barely generalizes: ~0.5 held-out vs ~0.9 training accuracy with all-corr
 
 from __future__ import annotations
 
-import random
 import re
 
-SPLITS = ("train", "test")
+from common.question_pools import QuestionPools
+
 A_RANGE, B_RANGE, C_RANGE = range(1, 10), range(1, 10), range(1, 6)
 TEST_FRACTION = 0.3
 _PROBLEM_RE = re.compile(r"^Compute (\d+) \+ (\d+) \* (\d+)\.$")
 
-
-def _pools() -> dict[str, list[tuple[int, int, int]]]:
-    """All (a, b, c) triples, shuffled once with a fixed seed and cut into the two splits."""
-    triples = [(a, b, c) for a in A_RANGE for b in B_RANGE for c in C_RANGE]
-    random.Random("toy-split-v1").shuffle(triples)
-    n_test = int(len(triples) * TEST_FRACTION)
-    return {"test": triples[:n_test], "train": triples[n_test:]}
-
-
-_POOLS = _pools()
+POOLS = QuestionPools(
+    "toy", [(a, b, c) for a in A_RANGE for b in B_RANGE for c in C_RANGE], TEST_FRACTION)
 
 
 def pool_size(split: str) -> int:
     """How many distinct problems `split` has (121 test, 284 train)."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a toy split; choose one of {SPLITS}")
-    return len(_POOLS[split])
+    return POOLS.size(split)
 
 
 def problems(split: str, n: int, seed: int = 0) -> list[dict]:
-    """`n` problems of `split` as dicts with keys id, problem, answer (answer is a str).
-
-    Problems are distinct while `n` is at most the split's pool size (121 test, 284 train);
-    beyond that the pool is cycled in fresh shuffles. Deterministic for (split, n, seed).
-    """
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a toy split; choose one of {SPLITS}")
-    if n < 0:
-        raise ValueError(f"n={n} must be >= 0")
-    rng = random.Random(f"toy-{split}-{seed}")
-    pool = _POOLS[split]
-    order: list[tuple[int, int, int]] = []
-    while len(order) < n:
-        chunk = list(pool)
-        rng.shuffle(chunk)
-        order.extend(chunk)
-    out = []
-    for i, (a, b, c) in enumerate(order[:n]):
-        out.append(
-            {"id": f"toy-{split}-{i:05d}", "problem": f"Compute {a} + {b} * {c}.",
+    """`n` problems of `split` as dicts with keys id, problem, answer (answer is a str):
+    distinct while `n` is at most the pool, the pool cycled in fresh shuffles beyond;
+    deterministic for (split, n, seed)."""
+    return [{"id": f"toy-{split}-{i:05d}", "problem": f"Compute {a} + {b} * {c}.",
              "answer": str(a + b * c)}
-        )
-    return out
+            for i, (a, b, c) in enumerate(POOLS.draw(split, n, seed))]
 
 
 def _parse(problem: str) -> tuple[int, int, int]:

@@ -134,19 +134,26 @@ def _recorder(calls: list, with_gqa: bool, refuse_groups: bool = False):
     return record_211
 
 
-@pytest.mark.parametrize("with_gqa", [True, False], ids=["torch2.12+", "torch2.11"])
-def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
-    calls: list = []
-    kernel = _recorder(calls, with_gqa)
-    assert ("enable_gqa" in inspect.signature(kernel).parameters) == with_gqa
+def _kernel_equals_fallback(monkeypatch, kernel):
+    """The padding-free log-probs through `kernel` (as on a GPU in bf16) equal the exact
+    fallback's, to the bit; returns the model and batch."""
     monkeypatch.setattr(attention, "kernel", lambda: kernel)
-    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)  # a GPU in bf16
+    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)
     model, batch = _model(attn=attention.NAME), _batch()
     with torch.no_grad():
         got, _ = response_logprobs(model, batch, padding_free=True)
         monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: False)
         want, _ = response_logprobs(model, batch, padding_free=True)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+    return model, batch
+
+
+@pytest.mark.parametrize("with_gqa", [True, False], ids=["torch2.12+", "torch2.11"])
+def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
+    calls: list = []
+    kernel = _recorder(calls, with_gqa)
+    assert ("enable_gqa" in inspect.signature(kernel).parameters) == with_gqa
+    model, batch = _kernel_equals_fallback(monkeypatch, kernel)
     assert len(calls) == CFG["num_hidden_layers"]
     lengths = (batch.attention_mask.sum(-1)).tolist()  # the packed rows' real tokens
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -166,14 +173,7 @@ def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
 
 def test_a_211_kernel_that_refuses_grouped_heads_gets_them_repeated(monkeypatch):
     calls: list = []
-    monkeypatch.setattr(attention, "kernel", lambda: _recorder(calls, False, refuse_groups=True))
-    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)
-    model, batch = _model(attn=attention.NAME), _batch()
-    with torch.no_grad():
-        got, _ = response_logprobs(model, batch, padding_free=True)
-        monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: False)
-        want, _ = response_logprobs(model, batch, padding_free=True)
-    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    _kernel_equals_fallback(monkeypatch, _recorder(calls, False, refuse_groups=True))
     # per layer: the grouped call (refused), then the repeated one
     assert [c["k"].shape[1] for c in calls] == [2, 4] * CFG["num_hidden_layers"]
 

@@ -17,7 +17,7 @@ def test_toy_splits_disjoint_deterministic_and_sized():
     assert toy.problems("test", 200, seed=0) == test
     assert toy.problems("test", 200, seed=1) != test
     assert {p["problem"] for p in train}.isdisjoint({p["problem"] for p in test})
-    pool = len(toy._POOLS["test"])
+    pool = toy.pool_size("test")
     assert len({p["problem"] for p in toy.problems("test", pool)}) == pool  # n <= pool: distinct
     assert len({p["problem"] for p in test}) == pool  # beyond: the pool cycles
     for p in test[:20]:
