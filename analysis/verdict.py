@@ -8,8 +8,10 @@ a finding, when its 95% interval excludes 0 and its Holm-adjusted p is below 0.0
 interval that excludes 0 without surviving Holm is said to separate *unadjusted only*; an
 interval that contains 0 is *not distinguishable*. The verdict reads the Last statistic
 (the final evaluated checkpoint): Best is a maximum over checkpoints chosen after the fact,
-biased upwards by evaluation noise, so it is shown in the tables but not judged. The warm start (the initial model, before any RL step)
-gives each method's gain: its Last mean minus the initial model's score. Each benchmark
+biased upwards by evaluation noise, so it is shown in the tables but not judged. The warm
+start (the initial model, before any RL step) gives each method's gain: its Last mean and
+seed interval minus the initial model's score (one evaluation, taken as fixed: its own
+sampling error is not in the interval). Each benchmark
 also gets the smallest difference its design could have detected (`analysis.power`), so a
 "not distinguishable" reads against what the sweep could have seen.
 
@@ -108,17 +110,26 @@ def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
 
 
 def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
-    """The warm start's score on `bench` and every method's Last gain over it."""
+    """The warm start's score on `bench` and every method's Last gain over it, with the
+    method's seed interval shifted by that score (the warm start is one evaluation, taken as
+    fixed), and which methods' intervals lie wholly above it."""
     meta = metric_meta(str(rows["metric"].iloc[0]))
     order = {lab: i for i, lab in enumerate(label_order(rows["label"]))}
-    gains = [
-        f"{r.label} {signed(r.mean - initial, meta)}"
-        for r in sorted(rows.itertuples(), key=lambda r: order[r.label])
-    ]
+    gains, above = [], []
+    for r in sorted(rows.itertuples(), key=lambda r: order[r.label]):
+        text = f"{r.label} {signed(r.mean - initial, meta)}"
+        if not math.isnan(r.ci95_low) and r.n_seeds > 1:
+            text += f" [{signed(r.ci95_low - initial, meta)}, {signed(r.ci95_high - initial, meta)}]"
+            if r.ci95_low > initial:
+                above.append(r.label)
+        gains.append(text)
+    rise = (f"; its 95% interval lies above the warm start for {_join(above)}" if above else
+            "; no method's 95% interval lies wholly above the warm start")
     return (
         f"The warm start (the initial model, before any RL step) scores "
-        f"{meta.format(initial)} on {benchmark_display(bench)}; gain at Last over it: "
-        f"{_join(gains)}."
+        f"{meta.format(initial)} on {benchmark_display(bench)}; gain at Last over it, with the "
+        f"method's seed interval less that score (one evaluation, taken as fixed): "
+        f"{_join(gains)}{rise}."
     )
 
 

@@ -76,8 +76,10 @@ def test_a_clear_winner_and_a_clear_loser(tmp_path):
         f"{head(2)} On Toy, better than DAPO (a finding: Holm p < 0.05): WIN "
         f"({_interval(win, dapo, 0.0)}); worse than DAPO (a finding: Holm p < 0.05): LOSE "
         f"({_interval(lose, dapo, 0.0)}).{_detectable(root)} The warm start (the initial "
-        "model, before any RL step) scores 5.00 on Toy; gain at Last over it: DAPO +20.00, "
-        "LOSE 0.00, WIN +90.00."
+        "model, before any RL step) scores 5.00 on Toy; gain at Last over it, with the "
+        "method's seed interval less that score (one evaluation, taken as fixed): DAPO +20.00 "
+        "[+20.00, +20.00], LOSE 0.00 [0.00, 0.00], WIN +90.00 [+90.00, +90.00]; its 95% "
+        "interval lies above the warm start for DAPO, WIN."
     )
     assert _interval(win, dapo, 0.0) == "+70.00 [+70.00, +70.00] (Holm p <0.001)"
     assert _interval(lose, dapo).startswith("-20.00 [-")
@@ -126,3 +128,14 @@ def test_mixed_verdict_names_each_group(tmp_path):
             not in text)  # SAME varies across problems: it is tested (p = 1)
     assert "; not distinguishable from DAPO at 95%: SAME (0.00 [0.00, 0.00] (Holm p 1.000))." in text
     assert "worse than" not in text
+
+
+def test_a_gain_whose_seed_interval_reaches_the_warm_start_is_not_a_rise(tmp_path):
+    # UP: 0.30, 0.35, 0.35 (mean 0.3333, se 0.0167, t(2) 4.303: [0.2616, 0.4050]); the warm
+    # start 0.30 lies inside, so +3.33 over it is not a rise at 95%; DAPO 0.25 x 3 is below
+    root = _sweep(tmp_path, {"DAPO": (0.25,) * 3, "UP": (0.30, 0.35, 0.35)}, initial=0.30)
+    text = _verdict(root)
+    assert text.endswith(
+        "scores 30.00 on Toy; gain at Last over it, with the method's seed interval less that "
+        "score (one evaluation, taken as fixed): DAPO -5.00 [-5.00, -5.00], UP +3.33 [-3.84, "
+        "+10.50]; no method's 95% interval lies wholly above the warm start."), text
