@@ -12,7 +12,12 @@ Two scorers, both run on every evaluated sample:
 * ``math_verify`` uses the math-verify library (``parse`` / ``verify``, gold first). Its
   signal-based timeouts do not work off the main thread, so they are disabled and each item
   runs in a process pool under a wall-clock limit; a worker that exceeds it is killed and
-  replaced and the item is counted as ``timeout``.
+  replaced and the item is counted as ``timeout``. Like lighteval's, it reads any answer it
+  can find, boxed or not: in a small model's text it reads "So the final answer is
+  41 + 16 = 172." as 57 (the left side), and a list's "5." as the answer 5.
+* ``math_verify_boxed`` is math-verify on the content of the response's last ``\\boxed{}``
+  alone (no box, or an empty one: "no_answer"): the format the ``boxed`` template asks
+  for, and the reward a small model cannot game by restating the question.
 
 Failure policy: ``status`` is "ok" (an answer was extracted and compared), "no_answer"
 (nothing to extract), "timeout" (math_verify only) or "error" (the scorer raised, or the gold
@@ -312,6 +317,34 @@ def _grade_math_verify_many(completions, golds, timeout_s, workers) -> list[Grad
     if not completions:
         return []
     return _shared_pool(workers).grade(completions, golds, timeout_s)
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last `\\boxed{...}` in `text` (braces matched), None when there is
+    none or it never closes; "" for an empty box."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+@SCORERS.register("math_verify_boxed")
+def _grade_math_verify_boxed_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
+    """math-verify on the last boxed answer alone; a response without one (or with an empty
+    one) has no answer, whatever numbers its text holds."""
+    boxed = [last_boxed(c) for c in completions]
+    todo = [i for i, b in enumerate(boxed) if b and b.strip()]
+    graded = _grade_math_verify_many(["\\boxed{" + boxed[i] + "}" for i in todo],
+                                     [golds[i] for i in todo], timeout_s, workers)
+    out = [GradeResult(False, None, "no_answer")] * len(completions)
+    for i, result in zip(todo, graded):
+        out[i] = result
+    return out
 
 
 def grade(

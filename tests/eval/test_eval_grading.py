@@ -18,6 +18,7 @@ from common.grading import (
     default_workers,
     grade,
     grade_many,
+    last_boxed,
     normalize_final_answer,
 )
 
@@ -45,6 +46,35 @@ REGRESSION = [
 def test_regression_table(completion, gold, dapo, mv):
     assert grade(completion, gold, "dapo").correct is dapo
     assert grade(completion, gold, "math_verify").correct is mv
+
+
+# (completion, gold, math_verify correct, math_verify_boxed result): math-verify alone reads
+# answers a small model never boxed (the first two are SmolLM2-135M-Instruct's own text);
+# the boxed scorer reads the last \\boxed{} and nothing else.
+BOXED = [
+    ("So the final answer is 41 + 16 = 172.", "57", True, GradeResult(False, None, "no_answer")),
+    ("18 + 21 = 39", "39", True, GradeResult(False, None, "no_answer")),
+    ("So the answer is: \\boxed{72}", "83", False, GradeResult(False, "72", "ok")),
+    ("18 + 21 = 39, so \\boxed{39}.", "39", True, GradeResult(True, "39", "ok")),
+    ("\\boxed{3} at first, then \\boxed{\\frac{1}{2}}", "0.5", False,  # both boxes read
+     GradeResult(True, "\\frac{1}{2}", "ok")),
+    ("$\\boxed{540}$", "540", True, GradeResult(True, "540", "ok")),
+    ("The answer is \\boxed{}. It is 39.", "39", True, GradeResult(False, None, "no_answer")),
+    ("39 is \\boxed{39", "39", True, GradeResult(False, None, "no_answer")),  # never closed
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "mv", "boxed"), BOXED)
+def test_the_boxed_scorer_reads_the_last_box_alone(completion, gold, mv, boxed):
+    assert grade(completion, gold, "math_verify").correct is mv
+    assert grade(completion, gold, "math_verify_boxed") == boxed
+
+
+def test_last_boxed_matches_braces():
+    assert last_boxed("\\boxed{\\frac{1}{2}} and \\boxed{x^{2}}") == "x^{2}"
+    assert last_boxed("\\boxed{}") == "" and last_boxed("none") is None
+    assert last_boxed("\\boxed{" * 2000 + "1" + "}" * 10) == "1"  # the last box opened
+    assert last_boxed("\\boxed{1} \\boxed{2") is None  # the last box never closes
 
 
 def test_dapo_extraction_and_status():
@@ -116,9 +146,10 @@ def test_hostile_completions_finish_within_the_limit():
     limit = 2.0
     start = time.monotonic()
     mv = grade_many(HOSTILE, ["540"] * len(HOSTILE), "math_verify", timeout_s=limit)
+    mv += grade_many(HOSTILE, ["540"] * len(HOSTILE), "math_verify_boxed", timeout_s=limit)
     elapsed = time.monotonic() - start
     dapo = grade_many(HOSTILE, ["540"] * len(HOSTILE), "dapo")
-    assert elapsed < limit * len(HOSTILE)
+    assert elapsed < 2 * limit * len(HOSTILE)
     for r in mv + dapo:
         assert r.status in STATUSES and not r.correct
     assert not Path("/tmp/_eval_pwned").exists()  # nothing from a completion is executed
