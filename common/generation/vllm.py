@@ -103,13 +103,19 @@ def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: in
     The model's generation_config.json is not read (`generation_config="vllm"`), and
     log-probs are those of the distribution actually sampled from (after temperature and
     top_p). On the CPU backend the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB (default
-    CPU_KV_CACHE_BYTES) instead of a fraction of host memory, and sleep mode is off.
+    CPU_KV_CACHE_BYTES) instead of a fraction of host memory, sleep mode is off, and so is
+    vLLM's AOT compilation (unless VLLM_USE_AOT_COMPILE is set): its artifact does not load
+    back on vllm-cpu 0.32, while inductor's cache does.
     `lora_rank`: serve one LoRA adapter of that rank (vLLM turns compilation off on CPU).
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
     if vllm_on_cpu():
+        # vllm-cpu 0.32 cannot load its own AOT-compiled model back ("'function' object has
+        # no attribute 'finalize_loading'") and recompiles at every start (~70 s on 2
+        # cores); without AOT it reuses inductor's cache: ~25 s from the second start.
+        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         memory = {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}  # the env var, if set, wins
         # A prompt split across scheduler steps (chunked prefill) rewinds its seeded
         # generator, which CPU generators cannot do ("CPU Generator does not use offset").

