@@ -60,16 +60,18 @@ def method_styles(labels) -> dict[str, tuple[str, str]]:
 def constant_benchmarks(df: pd.DataFrame, metric: str, meta) -> tuple[list[str], str]:
     """(the benchmarks of `df` to draw, a note naming those left out): a benchmark whose
     every `metric` value is one and the same shows nothing a panel could, so it gets the
-    note "AIME24 is not drawn: every value is 0.00." instead."""
+    note "AIME24 is not drawn: every value is 0.00." instead. When every benchmark is flat
+    (a scorer no answer passes), all are drawn: there is nothing else to show."""
     keep, notes = [], []
-    for bench in benchmark_order(df["benchmark"]):
+    benches = benchmark_order(df["benchmark"])
+    for bench in benches:
         values = df.loc[df["benchmark"] == bench, metric].dropna().unique()
-        if len(values) == 1 and df["benchmark"].nunique() > 1:
+        if len(values) == 1:
             notes.append(f"{benchmark_display(bench)} is not drawn: every value is "
                          f"{meta.format(float(values[0]))}.")
         else:
             keep.append(bench)
-    return keep, " ".join(notes)
+    return (keep, " ".join(notes)) if keep else (list(benches), "")
 
 
 def coinciding(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[list[str]]:

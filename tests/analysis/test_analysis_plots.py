@@ -148,6 +148,10 @@ def test_a_benchmark_with_one_value_everywhere_gets_a_note_not_a_panel():
     # a sweep with that benchmark alone still draws it (there is nothing else to show)
     only = plot_accuracy(ev[ev.benchmark == "aime24"], "dapo", method_colors(["DAPO", "GRPO"]))
     assert [ax.get_title() for ax in only.axes] == ["AIME24"]
+    # ... and so does one whose every benchmark is flat (a scorer no answer passes)
+    flat = _curves({"DAPO": {"aime24": [0, 0, 0], "toy": [0, 0, 0]}})
+    drawn = plot_accuracy(flat, "dapo", method_colors(["DAPO"]))
+    assert [ax.get_title() for ax in drawn.axes] == ["AIME24", "Toy"]
 
 
 def test_identical_curves_are_drawn_once_and_near_ones_apart():
