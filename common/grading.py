@@ -47,6 +47,9 @@ from algorithms.registry import Registry
 
 # name -> grade(completions, golds, timeout_s, workers) -> list[GradeResult]; filled below
 SCORERS: Registry = Registry("scorer")
+# what an evaluation grades with unless told otherwise: the paper's grader and math-verify;
+# math_verify_boxed is opt-in (a sweep's eval.scorers, or --scorer)
+DEFAULT_SCORERS = ("dapo", "math_verify")
 STATUSES = ("ok", "no_answer", "timeout", "error")
 DEFAULT_TIMEOUT_S = 10.0
 # A fresh worker imports sympy and math-verify (~1-2 s); far more means something is broken.

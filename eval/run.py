@@ -8,7 +8,7 @@ Order of work: validate every (checkpoint, benchmark) config, load every benchma
 every checkpoint (so a bad file, a missing tokenizer or n < k fails before any weights
 load); then start the engine once on the first checkpoint and, checkpoint by checkpoint,
 swap its weights in (`Engine.load_checkpoint`) and for each benchmark sample, grade with
-every scorer, estimate the KL to the initial model on the same samples (eval/kl.py),
+each chosen scorer, estimate the KL to the initial model on the same samples (eval/kl.py),
 summarize, write both files atomically, optionally mirror the summary into MLflow. Same inputs and seed give byte-identical files (no timestamps), whether a
 checkpoint is evaluated alone or after others in the same process.
 """
@@ -56,7 +56,7 @@ class EvalConfig(BaseModel):
     seed: int = 0  # sampling seed and bootstrap seed
     step: int | None = None  # training step recorded in the summary (null: not a run)
     benchmark_file: str | None = None  # local JSONL/parquet instead of the hub source
-    scorers: tuple[grading.SCORERS.Name, ...] = Field(tuple(grading.SCORERS), min_length=1)
+    scorers: tuple[grading.SCORERS.Name, ...] = Field(grading.DEFAULT_SCORERS, min_length=1)
     ks: tuple[int, ...] | None = None  # pass@k / maj@k values; default 1, 2, 4, ..., n
     batch_size: int = Field(64, ge=1)  # hf backend: rows per generate call
     limit: int | None = Field(None, ge=1)  # first `limit` problems only (quick looks)

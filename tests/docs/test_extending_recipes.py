@@ -371,7 +371,8 @@ def test_every_scorer_is_accepted_and_grades(scorer, tmp_path):
     CLI scorer, and grades: a right answer is correct, a wrong one is not."""
     from eval.run import EvalConfig, grading
 
-    results = grading.grade_many(["... so Answer: 42", "... so Answer: 41"], ["42", "42"], scorer)
+    answers = ["... so Answer: \\boxed{42}", "... so Answer: \\boxed{41}"]  # every scorer reads these
+    results = grading.grade_many(answers, ["42", "42"], scorer)
     assert [r.correct for r in results] == [True, False]
     assert all(r.status in grading.STATUSES for r in results)
     cfg = parse_run_config({"model": {"path": "m"}, "task": {"scorer": scorer}}, "test")
