@@ -115,22 +115,23 @@ def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
     fixed), and which methods' intervals lie wholly above it."""
     meta = metric_meta(str(rows["metric"].iloc[0]))
     order = {lab: i for i, lab in enumerate(label_order(rows["label"]))}
-    gains, above = [], []
+    gains, above, intervals = [], [], 0
     for r in sorted(rows.itertuples(), key=lambda r: order[r.label]):
         text = f"{r.label} {signed(r.mean - initial, meta)}"
         if not math.isnan(r.ci95_low) and r.n_seeds > 1:
+            intervals += 1
             text += f" [{signed(r.ci95_low - initial, meta)}, {signed(r.ci95_high - initial, meta)}]"
             if r.ci95_low > initial:
                 above.append(r.label)
         gains.append(text)
+    head = (f"The warm start (the initial model, before any RL step) scores "
+            f"{meta.format(initial)} on {benchmark_display(bench)}; gain at Last over it")
+    if not intervals:  # one seed each: a gain, but no interval to judge it by
+        return f"{head}: {_join(gains)}."
     rise = (f"; its 95% interval lies above the warm start for {_join(above)}" if above else
             "; no method's 95% interval lies wholly above the warm start")
-    return (
-        f"The warm start (the initial model, before any RL step) scores "
-        f"{meta.format(initial)} on {benchmark_display(bench)}; gain at Last over it, with the "
-        f"method's seed interval less that score (one evaluation, taken as fixed): "
-        f"{_join(gains)}{rise}."
-    )
+    return (f"{head}, with the method's seed interval less that score (one evaluation, taken "
+            f"as fixed): {_join(gains)}{rise}.")
 
 
 def detectable_sentence(bench: str, span: Detectable, meta) -> str:
