@@ -76,7 +76,8 @@ class RecordingLLM:
     def wake_up(self, tags=None):
         self.calls.append(("wake_up", tags))
 
-    def generate(self, requests, params, use_tqdm=False):
+    def generate(self, requests, params, use_tqdm=False, lora_request=None):
+        assert lora_request is None  # full weights here; LoRA adapters: test_vllm_rollout.py
         self.rounds += 1
         self.calls.append(("generate", len(requests)))
         mixed = self.rounds >= self.mixed_from_round

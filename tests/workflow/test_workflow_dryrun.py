@@ -40,6 +40,8 @@ SHIPPED = dict([
     (("config/paper.yaml", "config/paper-4k.yaml"), jobs(8, tiny=False)),
     (("config/paper.yaml", "config/paper-2k.yaml"), jobs(6, tiny=False)),
     (("config/paper.yaml", "config/paper-qwen25-7b.yaml"), jobs(12, tiny=False)),
+    (("config/real-cpu.yaml",), jobs(6, tiny=False, eval_in_train=True, prepare_model=1,
+                                     evaluate_initial=1)),
     overlay("clip", 24),
     overlay("beta", 24),
     overlay("reference", 24),
