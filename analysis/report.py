@@ -401,7 +401,9 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     tables_dir, plots_dir = SweepDir(out).tables, SweepDir(out).plots
     write_tidy(col, tables_dir)
     score_table = problem_score_table(col.runs, progress=progress)
-    score_table.to_csv(SweepDir(out).problem_scores, index=False)
+    # mtime 0: the same scores give the same bytes, so a regenerated snapshot diffs clean
+    score_table.to_csv(SweepDir(out).problem_scores, index=False,
+                       compression={"method": "gzip", "mtime": 0})
     scores = Scores(score_table)
     tables = last_best_tables(col.eval, scores=scores, delta=opts.delta)
     table_files = write_last_best_tables(tables, tables_dir)
