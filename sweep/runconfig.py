@@ -138,6 +138,7 @@ def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: li
         "--seed", str(spec.seed),
         "--scorers", ",".join(spec.scorers),
         "--no-progress",
+        *([] if spec.kl else ["--no-kl"]),
     ]
     for bench in benches:
         if bench in spec.limit:

@@ -128,6 +128,9 @@ class EvalSpec(Strict):
     files: dict[str, str] = Field(default_factory=dict,
                                   description="benchmark -> local JSONL/parquet instead of hub")
     seed: int = _EVAL["seed"].default
+    kl: bool = Field(_EVAL["kl"].default, description="estimate KL(pi_ckpt || pi_init) on the "
+                     "evaluation samples (eval/kl.py): two forward passes of each sample, "
+                     "which on CPU cost a real model more than sampling them")
     initial: bool = Field(True, description="also evaluate the initial model (step 0) once "
                           "per benchmark, when it is a local directory: the report's baseline")
     crosscheck: list[Literal["lighteval"]] = Field(

@@ -53,3 +53,18 @@ def test_a_shell_string_split_without_a_shell_is_refused_before_anything_is_writ
     assert "a shell-quoted path reached the command without a shell" in proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --out '/")
     assert not any(p.name.startswith("'") for p in tmp_path.iterdir())
+
+
+def test_eval_kl_false_reaches_the_eval_cli_as_no_kl(tmp_path):
+    """eval.kl: false (config/real-cpu.yaml: the KL's two forward passes cost a real model on
+    CPU more than sampling) becomes --no-kl, which the eval CLI parses into kl=False."""
+    from eval.__main__ import eval_parser
+
+    on = eval_argv(_sweep(tmp_path, "on"), "dapo_s0", [10], ["toy"])
+    data = merged(yaml.safe_load((REPO / "config" / "default.yaml").read_text()),
+                  {"results_dir": str(tmp_path / "off"), "eval": {"kl": False}})
+    (tmp_path / "off.yaml").write_text(yaml.safe_dump(data))
+    off = eval_argv(load_sweep(tmp_path / "off.yaml"), "dapo_s0", [10], ["toy"])
+    assert "--no-kl" not in on and "--no-kl" in off
+    assert eval_parser().parse_args(on).kl is True
+    assert eval_parser().parse_args(off).kl is False
