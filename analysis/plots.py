@@ -18,6 +18,7 @@ Run: part of `python -m analysis report ...`; `write_plots(train_df, eval_df, ou
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -127,6 +128,7 @@ def seed_band(df: pd.DataFrame, metric: str, smooth: int = 1) -> pd.DataFrame:
 
 
 MIN_WIDTH = 7.0  # inches: a one-panel figure still fits its title and legend
+LEGEND_ROW_INCHES = 0.22  # one row of a "small" legend
 
 
 def panels(n: int) -> tuple[Figure, list]:
@@ -171,11 +173,15 @@ def legend(fig: Figure, axes: list, extra: list | None = None) -> None:
     if labels:
         # as many columns as the widest entry leaves room for (~11 characters an inch)
         per_row = int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6)
+        ncols = max(1, min(len(labels), 4, per_row))
+        # the figure grows by each legend row, so a long legend (the frontier's 16 designs)
+        # sits under the panels instead of squeezing them and spilling over
+        fig.set_figheight(fig.get_figheight() + LEGEND_ROW_INCHES * math.ceil(len(labels) / ncols))
         fig.legend(
             [handles[lab] for lab in labels],
             labels,
             loc="outside lower center",
-            ncols=max(1, min(len(labels), 4, per_row)),
+            ncols=ncols,
             fontsize="small",
             frameon=False,
         )

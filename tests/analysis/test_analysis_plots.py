@@ -208,3 +208,22 @@ def test_no_shipped_snapshot_figure_has_a_flat_panel(snapshot):
         for ax in fig.axes:
             ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
             assert len(np.unique(ys)) > 1, (snapshot, ax.get_title())
+
+
+def test_a_long_legend_sits_under_the_panels_without_overlapping_them():
+    """The frontier's 16 designs: the figure grows by each legend row, so the legend lies
+    below every panel (x label included) and the title above every panel's title."""
+    labels = [f"{m} [beta{b} ref-fixed]" for m in ("GRPO", "GRPO-ISKL", "RPG-URKL",
+                                                   "RPG-REINFORCE-URKL")
+              for b in ("1e-3", "0.01", "0.1", "1")]
+    ev = _curves({lab: {"toy": [0.2 + 0.01 * i, 0.25, 0.3 - 0.01 * i]}
+                  for i, lab in enumerate(labels)})
+    fig = plot_accuracy(ev, "dapo", method_colors(labels))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend_box = fig.legends[0].get_window_extent(renderer)
+    for ax in fig.axes:
+        panel = ax.get_tightbbox(renderer)
+        assert legend_box.y1 <= panel.y0 + 1, (legend_box, panel)
+        assert fig._suptitle.get_window_extent(renderer).y0 >= ax.title.get_window_extent(
+            renderer).y1 - 1
