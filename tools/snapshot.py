@@ -2,7 +2,8 @@
 
     python tools/snapshot.py results/<sweep> docs/runs/<name> --command "snakemake -c 2 ..." \
         --commit SHA --wall-s 431 --machine idle [--cpu "AMD EPYC, 2 cores"] \
-        [--aten-cpu-capability default] [--date ISO] [--load "..."] [--note "..."]
+        [--aten-cpu-capability default] [--date ISO] [--load "..."] [--note "..."] \
+        [--samples arithmetic]
 
 A snapshot is what README and docs/results.md quote, and all a reader needs to recompute
 them: the sweep's `report.md`, its `tables/` (every CSV, Markdown and LaTeX table, and
@@ -12,13 +13,16 @@ them: the sweep's `report.md`, its `tables/` (every CSV, Markdown and LaTeX tabl
 sentence). The report is first rebuilt with this checkout's analysis (`python -m analysis
 report`, as the workflow's rule calls it), so a snapshot always says what the current
 statistics say of its runs; `python -m analysis recompute docs/runs/<name>` then checks it.
-An existing snapshot folder is replaced whole.
+`--samples BENCH` also ships the per-sample records of BENCH at each run's last evaluated
+step and the initial model's (`samples/<run_id>.<BENCH>.jsonl.gz`), for claims about the
+answers themselves (`tools/answer_forms.py`). An existing snapshot folder is replaced whole.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import os
 import platform
@@ -86,6 +90,29 @@ def snapshot(sweep: Path, dest: Path, meta: dict) -> Path:
     return dest
 
 
+def copy_samples(sweep: Path, dest: Path, benchmark: str) -> list[Path]:
+    """Each run's per-sample records of `benchmark` at its last evaluated step, and the
+    initial model's, into dest/samples/<run_id>.<benchmark>.jsonl.gz (gzip mtime 0): what a
+    reader needs to check a claim about the answers themselves (tools/answer_forms.py)."""
+    src = SweepDir(sweep)
+    runs = [(p.name, p / "eval") for p in sorted(src.runs.iterdir()) if (p / "eval").is_dir()]
+    runs.insert(0, ("initial", src.initial.eval_dir(0).parent))
+    written = []
+    for name, evals in runs:
+        steps = sorted((int(p.name.split("_")[1]), p) for p in evals.glob("step_*")
+                       if (p / f"{benchmark}.jsonl").is_file())
+        if not steps:
+            continue
+        out = dest / "samples" / f"{name}.{benchmark}.jsonl.gz"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.GzipFile(out, "wb", mtime=0) as f:
+            f.write((steps[-1][1] / f"{benchmark}.jsonl").read_bytes())
+        written.append(out)
+    if not written:
+        raise SystemExit(f"{sweep}: no evaluation of {benchmark!r} to copy")
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", default=None, help="uptime lines before and after")
     p.add_argument("--note", default=None, help="a sentence the provenance line appends")
     p.add_argument("--no-rebuild", action="store_true", help="copy the report as it is")
+    p.add_argument("--samples", action="append", default=[], metavar="BENCHMARK",
+                   help="also ship each run's (and the initial model's) per-sample records of "
+                   "BENCHMARK at its last evaluated step, gzipped, under samples/")
     args = p.parse_args(argv)
     sweep = Path(args.sweep)
     if not SweepDir(sweep).runs.is_dir():
@@ -120,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             "machine": args.machine}
     meta.update({k: v for k, v in (("load", args.load), ("note", args.note)) if v})
     print(f"wrote {snapshot(sweep, Path(args.dest), meta)}")
+    for bench in args.samples:
+        print(f"wrote {len(copy_samples(sweep, Path(args.dest), bench))} sample files of {bench}")
     return 0
 
 
