@@ -408,8 +408,19 @@ def gen_frontier_results() -> str:
         f"> {contrasts}", ""])
 
 
+REAL_CPU_SNAPSHOT = "docs/runs/real-cpu"  # docs/results.md's real pretrained model on a laptop
+
+
+def gen_real_cpu_results() -> str:
+    """config/real-cpu.yaml's snapshot as docs/results.md shows it: provenance, the
+    math_verify table, the initial model's row and the verdict (links relative to docs/)."""
+    return snapshot_results(REPO / REAL_CPU_SNAPSHOT,
+                            str(Path(REAL_CPU_SNAPSHOT).relative_to("docs")), "math_verify")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "default-results": gen_default_results,
+    "real-cpu-results": gen_real_cpu_results,
     "frontier-results": gen_frontier_results,
     "run-config": gen_run_config,
     "loss-config": gen_loss_config,
