@@ -23,13 +23,13 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
             raise SweepError(f"{source}: eval.files.{bench}: {path} does not exist; give an "
                              "existing JSONL/parquet file, or drop the key to load the hub copy")
     model_path = sweep.base.get("model", {}).get("path", TINY)
-    if model_dir(sweep) is None:  # the user's folder or hub id (the workflow makes the others)
+    made = model_dir(sweep)
+    if made is None:  # the user's folder or hub id (the workflow makes the others)
         try:
             check_model_path(str(model_path), probe_hub=False)  # no network at parse time
         except ValueError as exc:
             raise SweepError(f"{source}: base.{exc}") from None
-    made = model_dir(sweep)
-    if is_prepared(str(model_path)) and not (made / MANIFEST).is_file():
+    elif is_prepared(str(model_path)) and not (made / MANIFEST).is_file():
         try:  # the rule prepare_model will need the wheel: say so before any job
             gguf_path(str(model_path))
         except FileNotFoundError as exc:
