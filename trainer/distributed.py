@@ -138,12 +138,14 @@ def layer_inputs_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
     rotary (cos, sin) the backbone computes once for all layers are cast as they are made.
 
     Why: FSDP2's policy casts a layer's floating inputs to its param dtype in the layer's
-    pre-forward hook, which runs inside transformers' activation checkpoint; before torch
-    2.13 (pytorch#159359, fixed by #182580) the recompute skips that cast, so the layer
-    recomputes from float32 inputs what it computed from bf16 ones and the backward stops
-    with "CheckpointError: Recomputed values ... saved bf16, recomputed float32". Inputs
-    that are already bf16 make the cast a no-op in both passes on every torch, and the
-    layers compute exactly what FSDP2's cast gave them. Idempotent."""
+    pre-forward hook. Where a checkpoint runs that hook inside it (transformers'
+    checkpointing), torch before 2.13 (pytorch#159359, fixed by #182580) skips the cast in
+    the recompute, so the layer recomputes from float32 inputs what it computed from bf16
+    ones and the backward stops with "CheckpointError: Recomputed values ... saved bf16,
+    recomputed float32". The trainer's own checkpoint sits inside the hooks
+    (`trainer.parallelize`), which avoids it too; this is the second defence, for a model
+    whose checkpointing is set up otherwise. Inputs that are already bf16 make the cast a
+    no-op in both passes on every torch. Idempotent."""
     backbone = model.get_decoder()
     if getattr(backbone, "_layer_inputs_dtype", None) == dtype:
         return

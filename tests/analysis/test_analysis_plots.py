@@ -188,8 +188,10 @@ def test_frontier_designs_mark_beta_by_shape_and_print_no_labels():
 @pytest.mark.parametrize("snapshot", sorted(
     p.name for p in (Path(__file__).resolve().parents[2] / "docs" / "runs").iterdir()))
 def test_no_shipped_snapshot_figure_has_a_flat_panel(snapshot):
-    """The figures of every docs/runs snapshot, redrawn from its tables: each panel's
-    accuracy varies (AIME24 at 0 everywhere is a note, not a panel)."""
+    """The figures of every docs/runs snapshot, redrawn from its tables for each scorer
+    it graded with: each panel's accuracy varies (AIME24 at 0 everywhere is a note, not a
+    panel). A scorer no answer ever passes (every value the same) is left out: its figure
+    has nothing but flat panels to draw (`constant_benchmarks`)."""
     from analysis.frontier import checkpoint_points, design_points, plot_designs, plot_frontier
 
     tables = Path(__file__).resolve().parents[2] / "docs" / "runs" / snapshot / "tables"
@@ -197,17 +199,20 @@ def test_no_shipped_snapshot_figure_has_a_flat_panel(snapshot):
     for col in [c for c in ev.columns if c.startswith("tag_")]:
         ev[col] = ev[col].fillna("").astype(str)
     colors = method_colors(ev["label"])
-    figs = [plot_accuracy(ev, "dapo", colors)]
-    points = checkpoint_points(ev, "dapo")
-    if not points.empty:
-        figs.append(plot_frontier(points, colors, "dapo"))
-    designs = design_points(ev, "dapo")
-    if not designs.empty:
-        figs.append(plot_designs(designs, method_colors(designs["method"]), "dapo"))
-    for fig in figs:
-        for ax in fig.axes:
-            ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
-            assert len(np.unique(ys)) > 1, (snapshot, ax.get_title())
+    scorers = [s for s, rows in ev.groupby("scorer") if rows["mean"].nunique() > 1]
+    assert scorers, snapshot
+    for scorer in scorers:
+        figs = [plot_accuracy(ev, scorer, colors)]
+        points = checkpoint_points(ev, scorer)
+        if not points.empty:
+            figs.append(plot_frontier(points, colors, scorer))
+        designs = design_points(ev, scorer)
+        if not designs.empty:
+            figs.append(plot_designs(designs, method_colors(designs["method"]), scorer))
+        for fig in figs:
+            for ax in fig.axes:
+                ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
+                assert len(np.unique(ys)) > 1, (snapshot, scorer, ax.get_title())
 
 
 def test_a_long_legend_sits_under_the_panels_without_overlapping_them():

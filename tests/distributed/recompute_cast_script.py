@@ -2,9 +2,11 @@
 
     torchrun --nproc-per-node N tests/distributed/recompute_cast_script.py MODEL OUT MODE CKPT
 
-MODE `fixed`: the trainer's set-up (`trainer.parallelize`, whose FSDP2 layers get their
-inputs already in bf16); `unfixed`: the same with `layer_inputs_in` switched off (the code
-before the fix). Either way FSDP2's pre-forward hook is patched to skip its input cast while
+MODE `fixed`: the trainer's set-up (`trainer.parallelize`: its checkpoint sits inside FSDP2's
+hooks, and its FSDP2 layers get their inputs already in bf16); `hooks-outside`: the same with
+`layer_inputs_in` switched off (the checkpoint's placement alone); `unfixed`: the code before
+both fixes (transformers' checkpointing, whose checkpoint runs FSDP2's hooks inside it, and no
+`layer_inputs_in`). Either way FSDP2's pre-forward hook is patched to skip its input cast while
 recomputing (the behaviour before pytorch#182580, torch 2.13), so this torch runs what the
 device image's 2.11 runs. CKPT: full or selective. Rank 0 saves the loss and gradients of
 one forward/backward under bf16 autocast, or the error it raised.
@@ -40,13 +42,16 @@ def _cast_before_2_13(self, args, kwargs):
 def main(model_dir: str, out: str, mode: str, ckpt: str) -> None:
     if _cast is not None:
         _fsdp_state.FSDPState._cast_forward_inputs = _cast_before_2_13
-    if mode == "unfixed":
+    if mode in ("unfixed", "hooks-outside"):
         distributed.layer_inputs_in = lambda model, dtype: None
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     world = distributed.World(rank, size, int(os.environ["LOCAL_RANK"]), size)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
-    cfg = SimpleNamespace(gradient_checkpointing=True, checkpointing=ckpt, compile=False)
+    cfg = SimpleNamespace(gradient_checkpointing=mode != "unfixed", checkpointing=ckpt,
+                          compile=False)
+    if mode == "unfixed":
+        model.gradient_checkpointing_enable({"use_reentrant": False})
     policy = parallelize(model, cfg, world, "cpu", torch.bfloat16, train=True)
     from mp_policy_script import fixed_batch
 

@@ -84,10 +84,13 @@ def test_checkpointing_under_the_bf16_policy_survives_fsdp2_before_torch_2_13(ti
     """torch < 2.13's FSDP2 does not cast a layer's inputs while recomputing it: the layers
     then recomputed from float32 rotary tensors what they computed from bf16 ones
     ("CheckpointError: Recomputed values ... saved bf16, recomputed float32"), on every GPU
-    preset. Emulated here on this torch: without the fix it fails; with it (layer inputs
-    made in bf16), full and selective checkpointing give the gradients of each other."""
+    preset. Emulated here on this torch: the code before the fixes (transformers'
+    checkpointing around FSDP2's hooks, float32 layer inputs) fails; each fix alone (the
+    checkpoint inside the hooks; layer inputs made in bf16) survives, and with both, full and
+    selective checkpointing give the gradients of each other."""
     unfixed = _recompute(tmp_path, tiny_dir, "unfixed", "full")
     assert "Recomputed values" in unfixed.get("error", ""), unfixed.keys()
+    assert "error" not in _recompute(tmp_path, tiny_dir, "hooks-outside", "full")
     full = _recompute(tmp_path, tiny_dir, "fixed", "full")
     selective = _recompute(tmp_path, tiny_dir, "fixed", "selective")
     assert "error" not in full and "error" not in selective
