@@ -139,6 +139,16 @@ def panels(n: int) -> tuple[Figure, list]:
     return fig, list(axes)
 
 
+def isolated(se: np.ndarray) -> np.ndarray:
+    """The points with a standard error but no neighbour that has one: a band between
+    neighbouring points has nothing to span there (e.g. a sweep evaluated at its last step
+    only, after the initial model's one-sample point)."""
+    ok = np.isfinite(se)
+    left = np.concatenate([[False], ok[:-1]])
+    right = np.concatenate([ok[1:], [False]])
+    return ok & ~left & ~right
+
+
 def _draw(ax, band: pd.DataFrame, colors: dict[str, tuple], scale: float,
           markers: bool) -> None:
     """One curve per label (markers: each label's own), identical curves once."""
@@ -155,6 +165,10 @@ def _draw(ax, band: pd.DataFrame, colors: dict[str, tuple], scale: float,
                 marker=marker if markers else "", markersize=4, lw=1.4, ls=style)
         if np.isfinite(se).any():
             ax.fill_between(x, y - se, y + se, color=colors[label], alpha=0.2, lw=0)
+            alone = isolated(se)
+            if alone.any():  # a band needs two neighbouring points: these get a bar
+                ax.errorbar(x[alone], y[alone], yerr=se[alone], fmt="none",
+                            ecolor=colors[label], alpha=0.6, capsize=3, lw=1.2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are integers
 
 

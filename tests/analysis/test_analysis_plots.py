@@ -136,6 +136,29 @@ def _curves(means: dict[str, dict[str, list[float]]]):
     return pd.DataFrame(rows)
 
 
+def test_a_point_without_a_neighbouring_band_gets_an_error_bar():
+    """Evaluated at the last step only, after the initial model's point: a band between
+    steps 0 (one value, no se) and 8 has nothing to span, so step 8 gets a bar of ± 1 se
+    (seeds 40 and 60: mean 50, se 10); points inside a band get none."""
+    from matplotlib.container import ErrorbarContainer
+
+    from analysis.plots import isolated
+
+    rows = [{"run_id": f"DAPO_s{s}", "label": "DAPO", "seed": s, "step": step,
+             "benchmark": "toy", "scorer": "dapo", "mean": v, "n": 4}
+            for s, (a, b) in enumerate([(0.1, 0.4), (0.1, 0.6)]) for step, v in ((0, a), (8, b))]
+    rows = [r for r in rows if r["step"] == 8 or r["seed"] == 0]  # step 0: one value
+    fig = plot_accuracy(pd.DataFrame(rows), "dapo", method_colors(["DAPO"]))
+    (ax,) = fig.axes
+    (bar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    (segment,) = bar.lines[2][0].get_segments()
+    assert segment.tolist() == [[8.0, 40.0], [8.0, 60.0]]
+    nan = float("nan")
+    assert isolated(np.array([nan, 1.0])).tolist() == [False, True]
+    assert isolated(np.array([nan, 1.0, 1.0, nan, 2.0])).tolist() == [False] * 4 + [True]
+    assert not isolated(np.array([nan, nan])).any()
+
+
 def test_a_benchmark_with_one_value_everywhere_gets_a_note_not_a_panel():
     ev = _curves({"DAPO": {"aime24": [0, 0, 0], "toy": [0.2, 0.3, 0.25]},
                   "GRPO": {"aime24": [0, 0, 0], "toy": [0.2, 0.25, 0.3]}})
