@@ -139,6 +139,7 @@ def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: li
         "--scorers", ",".join(spec.scorers),
         "--no-progress",
         *([] if spec.kl else ["--no-kl"]),
+        *([] if spec.dtype == "auto" else ["--dtype", spec.dtype]),
     ]
     for bench in benches:
         if bench in spec.limit:

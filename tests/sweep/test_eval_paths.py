@@ -11,10 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sweep.runconfig import eval_args, eval_argv
-from sweep.spec import load_sweep, merged
+from sweep.spec import SweepError, load_sweep, merged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,3 +69,22 @@ def test_eval_kl_false_reaches_the_eval_cli_as_no_kl(tmp_path):
     assert "--no-kl" not in on and "--no-kl" in off
     assert eval_parser().parse_args(on).kl is True
     assert eval_parser().parse_args(off).kl is False
+
+
+def test_eval_dtype_reaches_the_eval_cli_and_auto_adds_nothing(tmp_path):
+    """eval.dtype: float32 becomes --dtype float32 (the engine's dtype in eval.run); the
+    default, auto, adds no argument, so existing sweeps keep their commands."""
+    from eval.__main__ import eval_parser
+
+    auto = eval_argv(_sweep(tmp_path, "auto"), "dapo_s0", [10], ["toy"])
+    data = merged(yaml.safe_load((REPO / "config" / "default.yaml").read_text()),
+                  {"results_dir": str(tmp_path / "f32"), "eval": {"dtype": "float32"}})
+    (tmp_path / "f32.yaml").write_text(yaml.safe_dump(data))
+    f32 = eval_argv(load_sweep(tmp_path / "f32.yaml"), "dapo_s0", [10], ["toy"])
+    assert "--dtype" not in auto and f32[f32.index("--dtype") + 1] == "float32"
+    assert eval_parser().parse_args(auto).dtype == "auto"
+    assert eval_parser().parse_args(f32).dtype == "float32"
+    data["eval"]["dtype"] = "fp32"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(SweepError, match="eval.dtype: Input should be 'auto', 'float32'"):
+        load_sweep(tmp_path / "bad.yaml")
