@@ -36,7 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from common.layout import SweepDir  # noqa: E402
 
-LEFT_OUT = {"train_metrics.csv"}  # per-step training rows: no published number reads them
+# per-step training rows (no published number reads them); Snakemake's marker of a
+# directory output (an empty file that only dates the rule's run)
+LEFT_OUT = {"train_metrics.csv", ".snakemake_timestamp"}
 
 
 def cpu_name() -> str:

@@ -120,16 +120,19 @@ def test_perf_scripts_named_in_the_docs_exist(page):
     assert not (REPO / "benchmarks").exists(), "performance scripts live in perf/"
 
 
-STRAY = re.compile(r"^['\"]|(^|/)(tmp|temp|pytest-of-[^/]*|gpu_check_[^/]*)(/|$)")
+STRAY = re.compile(r"^['\"]|(^|/)(tmp|temp|pytest-of-[^/]*|gpu_check_[^/]*|\.snakemake[^/]*)(/|$)")
 
 
 def test_no_tracked_path_is_a_quoted_or_temporary_folder():
     """A path that starts with a quote is a shell-quoted path taken literally (a split
     without a shell: tests/sweep/test_eval_paths.py); one under tmp/ or a pytest or
-    gpu_check work folder is litter from a run, not source."""
+    gpu_check work folder, or Snakemake's own (.snakemake/, a directory output's
+    .snakemake_timestamp), is litter from a run, not source."""
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
                              check=True).stdout.decode().split("\0")
     stray = [p for p in tracked if p and STRAY.search(p)]
     assert stray == [], stray
     assert STRAY.search("'/tmp/gpu_check_03/results/x'/toy.json")  # the one that was here
     assert not STRAY.search("docs/runs/frontier/tables/runs.csv")
+    assert STRAY.search("docs/runs/frontier/tables/.snakemake_timestamp")
+    assert not STRAY.search("workflow/Snakefile")
