@@ -25,6 +25,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -245,7 +246,9 @@ def plot_accuracy(
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Evaluation accuracy ({scorer} scorer)\n{BAND}", fontsize="medium")
+    bars = any(isinstance(c, ErrorbarContainer) for ax in axes for c in ax.containers)
+    spread = BAND.replace("band:", "band (bar at a lone point):") if bars else BAND
+    fig.suptitle(f"Evaluation accuracy ({scorer} scorer)\n{spread}", fontsize="medium")
     legend(fig, axes)
     footnote(fig, note)
     return fig

@@ -153,6 +153,7 @@ def test_a_point_without_a_neighbouring_band_gets_an_error_bar():
     (bar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     (segment,) = bar.lines[2][0].get_segments()
     assert segment.tolist() == [[8.0, 40.0], [8.0, 60.0]]
+    assert "band (bar at a lone point): ± 1 standard error" in fig.get_suptitle()
     nan = float("nan")
     assert isolated(np.array([nan, 1.0])).tolist() == [False, True]
     assert isolated(np.array([nan, 1.0, 1.0, nan, 2.0])).tolist() == [False] * 4 + [True]
