@@ -154,6 +154,13 @@ def test_a_point_without_a_neighbouring_band_gets_an_error_bar():
     (segment,) = bar.lines[2][0].get_segments()
     assert segment.tolist() == [[8.0, 40.0], [8.0, 60.0]]
     assert "band (bar at a lone point): ± 1 standard error" in fig.get_suptitle()
+    # two methods' bars at one step stand apart, either side of it (1.5% of 0-8 each way)
+    two = pd.DataFrame(rows + [{**r, "label": "GRPO", "run_id": r["run_id"] + "g",
+                                "mean": r["mean"] + 0.05} for r in rows])
+    ax2 = plot_accuracy(two, "dapo", method_colors(["DAPO", "GRPO"])).axes[0]
+    xs = sorted(c.lines[2][0].get_segments()[0][0][0] for c in ax2.containers
+                if isinstance(c, ErrorbarContainer))
+    assert xs == pytest.approx([8 - 0.06, 8 + 0.06])
     nan = float("nan")
     assert isolated(np.array([nan, 1.0])).tolist() == [False, True]
     assert isolated(np.array([nan, 1.0, 1.0, nan, 2.0])).tolist() == [False] * 4 + [True]
