@@ -23,6 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
@@ -35,6 +36,8 @@ from common.generation.hf import HFEngine
 from common.prompts import TEMPLATES, build_prompt, encode_prompts
 from eval import kl, metrics
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
+
+EngineDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 class EvalConfig(BaseModel):
@@ -62,7 +65,7 @@ class EvalConfig(BaseModel):
     limit: int | None = Field(None, ge=1)  # first `limit` problems only (quick looks)
     timeout_s: float = Field(grading.DEFAULT_TIMEOUT_S, gt=0)  # math_verify per-item limit
     device: str = "auto"  # hf backend
-    dtype: str = "auto"
+    dtype: EngineDtype = "auto"  # auto: the checkpoint's (vLLM: bf16 for a float32 one)
     mlflow_uri: str | None = None
     mlflow_run_id: str | None = None  # null with a URI: no MLflow, noted in mlflow_pending_dir
     mlflow_pending_dir: str | None = None  # run dir where a failed mirror is noted for a sync

@@ -25,7 +25,7 @@ from common.grading import SCORERS
 from common.layout import SweepDir
 from common.prompts import TEMPLATES
 from eval.benchmarks import BENCHMARKS  # the one registry of benchmark names
-from eval.run import EvalConfig
+from eval.run import EngineDtype, EvalConfig
 from trainer.config import TaskConfig
 from trainer.distributed import check_torch
 from trainer.tiny import TinyConfig
@@ -128,8 +128,8 @@ class EvalSpec(Strict):
     files: dict[str, str] = Field(default_factory=dict,
                                   description="benchmark -> local JSONL/parquet instead of hub")
     seed: int = _EVAL["seed"].default
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="the evaluation engine's dtype; auto: the checkpoint's, except that "
+    dtype: EngineDtype = Field(
+        _EVAL["dtype"].default, description="the evaluation engine's dtype; auto: the checkpoint's, except that "
         "vLLM computes a float32 checkpoint in bfloat16 (its default)")
     kl: bool = Field(_EVAL["kl"].default, description="estimate KL(pi_ckpt || pi_init) on the "
                      "evaluation samples (eval/kl.py): two forward passes of each sample, "

@@ -166,6 +166,8 @@ def test_bad_input_fails_before_generation(tiny_checkpoint, benchmark_dir, tmp_p
         (_args(tiny_checkpoint, bench, tmp_path / "o5", "--n", "0"), "n: Input should be"),
         (_args(tiny_checkpoint, bench, tmp_path / "o6", "--scorers", "dapo,regex"), "scorers"),
         (_args(tiny_checkpoint, bench, tmp_path / "o7", "--mlflow-run-id", "x"), "--mlflow-uri"),
+        (_args(tiny_checkpoint, bench, tmp_path / "o8", "--dtype", "fp32"),
+         "dtype: Input should be 'auto', 'float32'"),
     ]
     for args, message in cases:
         assert main(args) == 2
