@@ -6,7 +6,8 @@
 config/real-cpu.yaml evaluates with vLLM on the CPU, which computes a float32 checkpoint in
 bfloat16 unless told (`eval.dtype`); a CPU without native bf16 (AVX2 only) emulates it.
 Each repeat runs `python -m eval` once per dtype, back to back (so both see the same machine
-load), on the held-out arithmetic questions at real-cpu's sampling settings, each in a fresh
+load), on the held-out arithmetic questions at the sampling settings config/real-cpu.yaml
+gives its evaluation (read from it, so the two cannot drift apart), each in a fresh
 process (engine start included, as in a sweep's job); prints the seconds of each, the ratio
 float32 / bfloat16, and the accuracy each sampled (the dtypes sample different tokens).
 """
@@ -23,14 +24,19 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 DTYPES = ("bfloat16", "float32")
 
 
 def evaluate(model: str, dtype: str, limit: int, out: Path) -> tuple[float, float]:
-    """(seconds, math_verify Mean@4) of one `python -m eval` at real-cpu's settings."""
+    """(seconds, math_verify Mean@n) of one `python -m eval` at real-cpu's settings."""
+    from sweep.spec import load_sweep
+
+    spec = load_sweep(REPO / "config" / "real-cpu.yaml").eval
     cmd = [sys.executable, "-m", "eval", "--checkpoint", model, "--benchmark", "arithmetic",
-           "--out", str(out), "--n", "4", "--temperature", "0.7", "--max-new-tokens", "64",
-           "--template", "boxed", "--backend", "vllm", "--scorers", "math_verify",
+           "--out", str(out), "--n", str(spec.n), "--temperature", str(spec.temperature),
+           "--top-p", str(spec.top_p), "--max-new-tokens", str(spec.max_new_tokens),
+           "--template", spec.template, "--backend", spec.backend, "--scorers", "math_verify",
            "--no-kl", "--no-progress", "--limit", f"arithmetic={limit}", "--dtype", dtype]
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
@@ -42,7 +48,7 @@ def evaluate(model: str, dtype: str, limit: int, out: Path) -> tuple[float, floa
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="results/models/smollm2-135m-instruct")
-    p.add_argument("--limit", type=int, default=25, help="held-out questions (x 4 samples)")
+    p.add_argument("--limit", type=int, default=25, help="held-out questions (x eval.n samples)")
     p.add_argument("--repeats", type=int, default=1)
     args = p.parse_args()
     times: dict[str, list[float]] = {d: [] for d in DTYPES}
@@ -53,8 +59,8 @@ def main() -> None:
                 s, acc = evaluate(args.model, dtype, args.limit, Path(tmp) / f"{dtype}-{r}")
                 times[dtype].append(s)
                 accs[dtype].append(acc)
-    print(f"{args.limit} questions x 4 samples, 64 tokens, {args.repeats} repeat(s), "
-          "engine start included")
+    print(f"{args.limit} held-out questions at config/real-cpu.yaml's sampling settings, "
+          f"{args.repeats} repeat(s), engine start included")
     print(f"{'dtype':<10} {'seconds (median)':>17} {'math_verify':>12}")
     for dtype in DTYPES:
         print(f"{dtype:<10} {statistics.median(times[dtype]):>17.1f} "

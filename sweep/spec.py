@@ -129,8 +129,8 @@ class EvalSpec(Strict):
                                   description="benchmark -> local JSONL/parquet instead of hub")
     seed: int = _EVAL["seed"].default
     dtype: EngineDtype = Field(
-        _EVAL["dtype"].default, description="the evaluation engine's dtype; auto: the checkpoint's, except that "
-        "vLLM computes a float32 checkpoint in bfloat16 (its default)")
+        _EVAL["dtype"].default, description="the evaluation engine's dtype; auto: the "
+        "checkpoint's, except that vLLM computes a float32 checkpoint in bfloat16 (its default)")
     kl: bool = Field(_EVAL["kl"].default, description="estimate KL(pi_ckpt || pi_init) on the "
                      "evaluation samples (eval/kl.py): two forward passes of each sample, "
                      "which on CPU cost a real model more than sampling them")
