@@ -38,7 +38,7 @@ import pandas as pd
 from analysis import power
 from analysis.collect import collect
 from analysis.delta import DELTA_COLUMNS, VERDICT_SCORER, Scores, delta_fields
-from analysis.stats import holm, paired_t
+from analysis.stats import delta_state, holm, paired_t
 from analysis.tables import format_p, per_run_last_best
 from analysis.within import split_label
 from common.layout import SweepDir
@@ -176,12 +176,15 @@ def _num(x: float, fmt: str) -> str:
 
 
 def _cell(delta: float, low: float, high: float, p_holm: float, scale: float,
-          fmt: str) -> str:
-    """"+1.20 [-2.10, +4.50]", with " *" and the Holm p when the interval excludes 0."""
+          fmt: str, seeds: int) -> str:
+    """"+1.20 [-2.10, +4.50]", with " *" and the Holm p when the interval excludes 0;
+    without an interval, why (one seed, the same Δ in every seed)."""
     if math.isnan(delta):
         return "n/a"
-    if math.isnan(low):
-        return f"{scale * delta:{fmt}} (one seed)"
+    state = delta_state(delta, low, seeds)
+    if state != "tested":
+        why = {"one seed": "one seed", "constant": f"constant over {seeds} seeds"}
+        return f"{scale * delta:{fmt}} ({why.get(state, state)})"
     text = f"{scale * delta:{fmt}} [{scale * low:{fmt}}, {scale * high:{fmt}}]"
     return f"{text} * (Holm p {format_p(p_holm)})" if separates(low, high) else text
 
@@ -193,8 +196,9 @@ def markdown(rows: pd.DataFrame) -> str:
               "Δ KL Last [95%] (nats)", "detectable (nats)"]
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows.itertuples():
-        acc = _cell(r.delta, r.delta_low, r.delta_high, r.delta_p_holm, 100, "+.2f")
-        kl = _cell(r.kl_delta, r.kl_low, r.kl_high, r.kl_p_holm, 1, "+.3f")
+        acc = _cell(r.delta, r.delta_low, r.delta_high, r.delta_p_holm, 100, "+.2f",
+                    int(r.delta_seeds))
+        kl = _cell(r.kl_delta, r.kl_low, r.kl_high, r.kl_p_holm, 1, "+.3f", int(r.kl_seeds))
         lines.append(f"| {CONTRAST_NAMES[r.contrast]} | {r.label} | {r.partner} | {r.seeds} | "
                      f"{acc} | {_num(100 * r.mdd, '.2f')} | {kl} | {_num(r.kl_mdd, '.3f')} |")
     return "\n".join(lines) + "\n"

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.collect import SCORE_COLUMNS, problem_score_table
-from analysis.stats import SeedDelta, holm, seed_delta
+from analysis.stats import SeedDelta, delta_state, holm, seed_delta
 
 DELTA_COLUMNS = ("delta", "delta_low", "delta_high", "delta_p", "delta_p_holm", "delta_seeds",
                  "delta_problems")
@@ -89,27 +89,26 @@ def paired_scores(method_runs: pd.DataFrame, base_runs: pd.DataFrame, stat: str,
     return ours, theirs
 
 
-def _no_variation(ours: list[np.ndarray], theirs: list[np.ndarray]) -> bool:
-    """Every per-problem score on both sides is one and the same value (e.g. 0 on AIME24 for
-    a tiny model): nothing to test, so not counted among a report's comparisons."""
-    values = np.concatenate(ours + theirs)
-    return bool(np.all(values == values[0]))
-
-
 def delta_fields(method_runs: pd.DataFrame, base_runs: pd.DataFrame, stat: str, scorer: str,
                  scores: Scores) -> dict:
     """DELTA_COLUMNS of one (method, baseline, stat), fractions: the paired t over seeds for
     Last; Δ alone for Best; NaN and 0 seeds when they share no (problem, seed). The Holm
-    column is NaN here (`holm_column` fills it over a family)."""
+    column is NaN here (`holm_column` fills it over a family). A Δ_s that is the same in
+    every seed (every score equal on both sides, say) gets no interval and no p value, so
+    it is neither tested nor counted in K: `row_state` says which it is."""
     ours, theirs = paired_scores(method_runs, base_runs, stat, scorer, scores)
     if not ours:
         return {**dict.fromkeys(DELTA_COLUMNS, math.nan), "delta_seeds": 0, "delta_problems": 0}
     d = seed_delta(ours, theirs)
     if stat != TESTED_STAT:  # Best: selected after the fact, a point estimate only
         d = SeedDelta(d.delta, math.nan, math.nan, math.nan, d.sd, d.seeds, d.problems)
-    elif _no_variation(ours, theirs):
-        d = SeedDelta(d.delta, d.delta, d.delta, math.nan, 0.0, d.seeds, d.problems)
     return delta_row(d)
+
+
+def row_state(row) -> str:
+    """`analysis.stats.delta_state` of one row holding DELTA_COLUMNS and `stat`."""
+    return delta_state(row.delta, row.delta_low, int(row.delta_seeds),
+                       point=row.stat != TESTED_STAT)
 
 
 def delta_row(d: SeedDelta) -> dict:
@@ -122,7 +121,7 @@ def holm_column(frame: pd.DataFrame, rows=None, p: str = "delta_p",
                 out: str = "delta_p_holm") -> None:
     """Fill `out` with the Holm-adjusted `p` over `rows` of `frame` (a boolean mask; all rows
     by default), in place: one family, the comparisons a report states together. Rows
-    without a p value (one seed, no variation) are not counted."""
+    without a p value (one seed, a constant Δ_s) are not counted."""
     rows = pd.Series(True, index=frame.index) if rows is None else rows
     frame[out] = frame[out] if out in frame else math.nan
     if rows.any():

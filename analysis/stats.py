@@ -76,8 +76,22 @@ def seed_interval(values, level: float = LEVEL,
         return SeedInterval(mean, math.nan, math.nan, math.nan, 1)
     se = float(x.std(ddof=1) / math.sqrt(x.size))
     half = t_quantile(x.size, level) * se
-    low, high = max(mean - half, bounds[0]), min(mean + half, bounds[1])
-    return SeedInterval(mean, se, low, high, int(x.size))
+    return SeedInterval(mean, se, *clip_interval(mean - half, mean + half, bounds), int(x.size))
+
+
+def clip_interval(low: float, high: float,
+                  bounds: tuple[float, float] = UNBOUNDED) -> tuple[float, float]:
+    """(low, high) moved into `bounds`, each end on its own, so the result stays ordered:
+    a mean estimate outside the range (a k1 KL estimate below 0) gives [0, 0] or a
+    one-sided interval, never high < low. Where the mean itself lies outside, the tables
+    say so (`outside`)."""
+    lo_b, hi_b = bounds
+    return min(max(low, lo_b), hi_b), max(min(high, hi_b), lo_b)
+
+
+def outside(mean: float, low: float, high: float) -> bool:
+    """The mean lies outside its (clipped) interval: only possible after `clip_interval`."""
+    return not (math.isnan(low) or low <= mean <= high)
 
 
 @dataclass(frozen=True)
@@ -95,9 +109,14 @@ class SeedDelta:
     problems: int
 
     @property
+    def state(self) -> str:
+        """What the comparison can say (`delta_state`)."""
+        return delta_state(self.delta, self.low, self.seeds)
+
+    @property
     def verdict(self) -> str:
         """'better' / 'worse' when the interval excludes 0, else 'tie' (not distinguishable;
-        also with one seed, where there is no interval)."""
+        also with one seed or a constant Δ_s, where there is no interval)."""
         if self.low > 0:
             return "better"
         if self.high < 0:
@@ -105,22 +124,54 @@ class SeedDelta:
         return "tie"
 
 
+# sd of the per-seed Δ_s below which they count as equal: Δ_s are means of k/n-valued
+# scores over P problems, so two that differ do so by 1/(n P) >= 1e-6 for any real design;
+# what is below is the last bits of a sum taken in another order
+CONSTANT_SD = 1e-12
+
+
 def paired_t(differences, level: float = LEVEL, problems: int = 1) -> SeedDelta:
     """The paired t interval and two-sided p value of per-seed differences (one per seed).
 
-    All differences equal: the interval is that point, p = 1 when it is 0 and 0 otherwise
-    (no spread: the t statistic is 0/0 or infinite)."""
+    All differences equal (sd <= CONSTANT_SD): no interval and no p value. The t statistic
+    is 0/0 or infinite there, and neither is evidence: a 2-problem benchmark gives the same
+    non-zero Δ_s on 3 seeds by chance in about 2% of null studies. `delta_state` names it."""
     d = _values(differences, "paired_t")
     mean = float(d.mean())
     if d.size < 2:
         return SeedDelta(mean, math.nan, math.nan, math.nan, math.nan, 1, problems)
     sd = float(d.std(ddof=1))
-    if sd == 0.0:
-        return SeedDelta(mean, mean, mean, 1.0 if mean == 0 else 0.0, 0.0, int(d.size), problems)
+    if sd <= CONSTANT_SD:
+        return SeedDelta(mean, math.nan, math.nan, math.nan, 0.0, int(d.size), problems)
     se = sd / math.sqrt(d.size)
     half = t_quantile(d.size, level) * se
     p = float(2 * _scipy_stats.t.sf(abs(mean) / se, d.size - 1))
     return SeedDelta(mean, mean - half, mean + half, p, sd, int(d.size), problems)
+
+
+DELTA_STATES = {
+    "tested": "a paired t interval and p value over the seeds",
+    "one seed": "one seed paired with the baseline: no spread, no interval",
+    "nothing to test": "Δ_s = 0 in every seed (e.g. every sample scored the same on both "
+                       "sides): no spread and no difference",
+    "constant": "the same non-zero Δ_s in every seed: no spread, so no p value and no finding",
+    "point": "a point estimate only (Best: chosen after seeing the steps)",
+    "no pairs": "no seed and problem both runs evaluated",
+}
+
+
+def delta_state(delta: float, low: float, seeds: int, point: bool = False) -> str:
+    """Which of DELTA_STATES a Δ is in, from the columns every Δ table keeps (Δ, its low
+    end, its seed count); `point` marks a Best Δ."""
+    if delta is None or math.isnan(delta):
+        return "no pairs"
+    if point:
+        return "point"
+    if seeds < 2:
+        return "one seed"
+    if math.isnan(low):
+        return "nothing to test" if delta == 0 else "constant"
+    return "tested"
 
 
 def seed_delta(method: Sequence, baseline: Sequence, level: float = LEVEL) -> SeedDelta:

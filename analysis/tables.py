@@ -43,8 +43,9 @@ from analysis.delta import (
     Scores,
     deltas_vs_baseline,
     family_size,
+    row_state,
 )
-from analysis.stats import seed_interval
+from analysis.stats import outside, seed_interval
 from common.metrics import MetricMeta, metric_meta
 from eval.benchmarks import BENCHMARKS
 
@@ -216,6 +217,11 @@ def rank_marks(values: list[float], meta: MetricMeta) -> list[str]:
     ]
 
 
+# after a cell whose mean lies outside its interval, clipped to the quantity's range (a k1
+# KL estimate below 0): the caption says why
+OUTSIDE_MARK = "†"
+
+
 def format_cell(mean: float, se: float, n_seeds: int, meta: MetricMeta, pm: str, *,
                 interval: tuple[float, float] | None = None, show_na: bool = False) -> str:
     """"59.38 ± 1.20" (and " [55.1, 63.6]" with `interval`) from fractions; one seed shows
@@ -227,6 +233,7 @@ def format_cell(mean: float, se: float, n_seeds: int, meta: MetricMeta, pm: str,
         text += f" {pm} {meta.format(se)}"
         if interval is not None:
             text += f" [{meta.format(interval[0])}, {meta.format(interval[1])}]"
+            text += OUTSIDE_MARK if outside(mean, *interval) else ""
     elif show_na:
         text += f" {pm} n/a"
     return text
@@ -249,11 +256,17 @@ def format_p(p: float) -> str:
 
 
 def format_delta(delta: float, low: float, high: float, meta: MetricMeta,
-                 p_holm: float = math.nan) -> str:
+                 p_holm: float = math.nan, state: str = "tested", seeds: int = 0) -> str:
     """"+4.17 [+1.04, +7.29] (Holm p 0.012)" (percentage points for a percent metric); just
-    the signed Δ without an interval (Best, one seed); "n/a" for NaN."""
+    the signed Δ without an interval (Best, one seed); "n/a" for NaN. `state` (a
+    `analysis.stats.DELTA_STATES` key) names the untestable ones: "0.00 (nothing to test)",
+    "+12.50 (constant over 3 seeds)", never a degenerate interval that reads as a test."""
     if delta is None or math.isnan(delta):
         return "n/a"
+    if state == "nothing to test":
+        return f"{signed(delta, meta)} (nothing to test)"
+    if state == "constant":
+        return f"{signed(delta, meta)} (constant over {seeds} seeds)"
     if math.isnan(low):
         return signed(delta, meta)
     text = f"{signed(delta, meta)} [{signed(low, meta)}, {signed(high, meta)}]"
@@ -319,7 +332,8 @@ class WideTable:
                                interval=(r.kl_ci95_low, r.kl_ci95_high))
         if label == self.baseline:
             return "baseline"
-        return format_delta(r.delta, r.delta_low, r.delta_high, self.meta, r.delta_p_holm)
+        return format_delta(r.delta, r.delta_low, r.delta_high, self.meta, r.delta_p_holm,
+                            row_state(r), int(r.delta_seeds))
 
 
 def metric_name(tidy: pd.DataFrame) -> str:
@@ -357,10 +371,14 @@ def caption(tidy: pd.DataFrame) -> str:
 def _kl_caption(tidy: pd.DataFrame) -> str:
     if "kl" not in tidy or not tidy.loc[tidy["stat"] == "last", "kl"].notna().any():
         return ""
+    last = tidy[(tidy["stat"] == "last") & tidy["kl"].notna()]
+    below = any(outside(r.kl, r.kl_ci95_low, r.kl_ci95_high) for r in last.itertuples())
     return (" KL Last = KL(pi_ckpt || pi_init) to the initial model at the Last checkpoint, "
             "in nats per response (k1 on its own evaluation samples), mean ± standard error "
             "[95% t interval, clipped at 0: a KL cannot be negative] over seeds; – where a "
-            "run has no KL.")
+            "run has no KL." + (f" {OUTSIDE_MARK}: the k1 mean is below 0 (a sampling estimate "
+                                "of a KL can be), outside its interval clipped at 0."
+                                if below else ""))
 
 
 def _delta_caption(tidy: pd.DataFrame) -> str:

@@ -26,8 +26,9 @@ import math
 import pandas as pd
 
 from analysis.contrasts import CONTRAST_NAMES, separates
-from analysis.delta import family_size
+from analysis.delta import family_size, row_state
 from analysis.power import Detectable
+from analysis.stats import CONSTANT_SD, delta_state
 from analysis.tables import (
     benchmark_display,
     benchmark_order,
@@ -45,6 +46,13 @@ ALPHA = 0.05  # a finding: Holm-adjusted p below this (the 95% intervals' level)
 
 def _delta_text(r, meta) -> str:
     return f"{r.label} ({format_delta(r.delta, r.delta_low, r.delta_high, meta, r.delta_p_holm)})"
+
+
+def _untestable(r, meta, state: str) -> str:
+    """An untested Δ in the verdict's words: the label, with its Δ where there is one."""
+    if state == "constant":
+        return f"{r.label} ({signed(r.delta, meta)} in each of {int(r.delta_seeds)} seeds)"
+    return _delta_text(r, meta) if state == "one seed" else r.label
 
 
 def reading(low: float, high: float, p_holm: float) -> str:
@@ -69,7 +77,7 @@ def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
         return f"On {name}, {baseline} was not evaluated, so no method is compared with it."
     groups: dict[str, list[str]] = {k: [] for k in (
         "better", "worse", "better_unadjusted", "worse_unadjusted", "tie", "one_seed",
-        "constant", "none")}
+        "constant", "nothing", "none")}
     others = rows[rows["label"] != baseline]
     order = {lab: i for i, lab in enumerate(label_order(others["label"]))}
     for r in sorted(others.itertuples(), key=lambda r: order[r.label]):
@@ -78,8 +86,9 @@ def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
             continue
         kind = reading(r.delta_low, r.delta_high, r.delta_p_holm)
         if kind == "untested":
-            key = "one_seed" if r.delta_seeds < 2 else "constant"
-            groups[key].append(_delta_text(r, meta) if key == "one_seed" else r.label)
+            state = row_state(r)
+            key = {"one seed": "one_seed", "constant": "constant"}.get(state, "nothing")
+            groups[key].append(_untestable(r, meta, state))
             continue
         if kind != "tie":
             direction = "better" if r.delta_low > 0 else "worse"
@@ -100,8 +109,11 @@ def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
     if groups["one_seed"]:
         parts.append(f"one seed, so no interval: {_join(groups['one_seed'])}")
     if groups["constant"]:
-        parts.append("every problem scored the same in every run on both sides, nothing to "
-                     f"compare: {_join(groups['constant'])}")
+        parts.append("the same Δ in every seed, so no spread to test, no p value and no "
+                     f"finding: {_join(groups['constant'])}")
+    if groups["nothing"]:
+        parts.append("nothing to test (Δ = 0 in every seed, no spread): "
+                     f"{_join(groups['nothing'])}")
     if groups["none"]:
         parts.append(f"no paired per-problem records: {_join(groups['none'])}")
     if not parts:
@@ -118,7 +130,9 @@ def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
     gains, above, intervals = [], [], 0
     for r in sorted(rows.itertuples(), key=lambda r: order[r.label]):
         text = f"{r.label} {signed(r.mean - initial, meta)}"
-        if not math.isnan(r.ci95_low) and r.n_seeds > 1:
+        if r.n_seeds > 1 and r.se <= CONSTANT_SD:  # a point "interval" is no evidence
+            text += f" (the same in each of {int(r.n_seeds)} seeds: no interval)"
+        elif not math.isnan(r.ci95_low) and r.n_seeds > 1:
             intervals += 1
             text += f" [{signed(r.ci95_low - initial, meta)}, {signed(r.ci95_high - initial, meta)}]"
             if r.ci95_low > initial:
@@ -179,18 +193,21 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
 
 
 def _separation(delta: float, low: float, high: float, p_holm: float, detectable: float,
-                fmt) -> str:
+                fmt, seeds: int) -> str:
     """"+1.20 [-2.10, +4.50] (not separated; detectable 4.80)" in `fmt`'s units; a
     separation says whether it survives Holm."""
     if math.isnan(delta):
         return "n/a (no paired runs)"
-    if math.isnan(low):
-        return f"{fmt(delta, True)} (one seed: no interval)"
+    size = "" if math.isnan(detectable) else f"; detectable {fmt(detectable, False)}"
+    state = delta_state(delta, low, seeds)
+    if state != "tested":
+        why = {"one seed": "one seed: no interval",
+               "constant": f"the same in each of {seeds} seeds: no spread, not tested"}
+        return f"{fmt(delta, True)} ({why.get(state, 'nothing to test')}{size})"
     said = {"tie": "not separated",
             "finding": f"separated, a finding: Holm p {format_p(p_holm)}",
             "unadjusted": f"separated unadjusted only: Holm p {format_p(p_holm)}",
             "untested": "not tested: no variation"}[reading(low, high, p_holm)]
-    size = "" if math.isnan(detectable) else f"; detectable {fmt(detectable, False)}"
     return f"{fmt(delta, True)} [{fmt(low, True)}, {fmt(high, True)}] ({said}{size})"
 
 
@@ -221,10 +238,13 @@ def contrast_paragraph(rows: pd.DataFrame) -> str:
         f"survives it at {ALPHA}; detectable = the smallest Δ this design detects at 95% "
         "with 80% power)."]
     for contrast, group in rows.groupby("contrast", sort=False):
-        parts = [f"{r.label} vs {r.partner}: accuracy "
-                 f"{_separation(r.delta, r.delta_low, r.delta_high, r.delta_p_holm, r.mdd, _points)}"
-                 f", KL {_separation(r.kl_delta, r.kl_low, r.kl_high, r.kl_p_holm, r.kl_mdd, _nats)}"
-                 for r in group.itertuples()]
+        parts = []
+        for r in group.itertuples():
+            acc = _separation(r.delta, r.delta_low, r.delta_high, r.delta_p_holm, r.mdd, _points,
+                              int(r.delta_seeds))
+            kl = _separation(r.kl_delta, r.kl_low, r.kl_high, r.kl_p_holm, r.kl_mdd, _nats,
+                             int(r.kl_seeds))
+            parts.append(f"{r.label} vs {r.partner}: accuracy {acc}, KL {kl}")
         sentences.append(f"{CONTRAST_NAMES[contrast][0].upper()}"
                          f"{CONTRAST_NAMES[contrast][1:]}: {'; '.join(parts)}.")
     return " ".join(sentences)

@@ -30,6 +30,7 @@ from analysis.delta import (
     family_size,
     holm_column,
 )
+from analysis.stats import delta_state
 from analysis.tables import format_p, per_run_last_best
 from common.layout import SweepDir
 
@@ -84,7 +85,9 @@ def _cell(row) -> str:
     if row.delta_seeds == 0:
         return "n/a"
     if math.isnan(row.delta_low):
-        return f"{100 * row.delta:+.2f}"
+        constant = delta_state(row.delta, row.delta_low, int(row.delta_seeds)) == "constant"
+        return f"{100 * row.delta:+.2f}" + (f" (constant over {int(row.delta_seeds)} seeds)"
+                                            if constant else "")
     text = f"{100 * row.delta:+.2f} [{100 * row.delta_low:+.2f}, {100 * row.delta_high:+.2f}]"
     if row.delta_low > 0 or row.delta_high < 0:
         text += f" * (Holm p {format_p(row.delta_p_holm)})"

@@ -63,9 +63,11 @@ def test_accuracy_and_kl_by_hand(tmp_path):
     assert beta1.kl_p == pytest.approx(2 * stats.t.sf(abs(d.mean()) / (d.std(ddof=1) / 3 ** .5), 2))
     assert beta1.kl_high < 0  # separates: GRPO ends nearer the reference
     assert beta1.kl_mdd == pytest.approx(power.t_mdd(d.std(ddof=1), 3))
-    # accuracy equal on every problem and seed: Δ 0 [0, 0] (p = 1); what could have been
-    # detected is still bounded by the sampling noise of Mean@4 (the `within` component)
-    assert beta1.delta == beta1.delta_low == beta1.delta_high == 0 and beta1.delta_p == 1
+    # accuracy equal on every problem and seed: Δ 0 with nothing to test (no interval, no p
+    # value, not in K); what could have been detected is still bounded by the sampling
+    # noise of Mean@4 (the `within` component)
+    assert beta1.delta == 0 and math.isnan(beta1.delta_low) and math.isnan(beta1.delta_high)
+    assert math.isnan(beta1.delta_p) and math.isnan(beta1.delta_p_holm)
     assert (beta1.delta_seeds, beta1.delta_problems) == (3, 5)
     same = np.array([per_problem(0.30)] * 3)
     assert beta1.mdd == pytest.approx(power.mdd(power.estimate(same, same, 4),
@@ -82,10 +84,12 @@ def test_accuracy_and_kl_by_hand(tmp_path):
     # KL: differences -0.1, +0.3, -0.3 straddle 0: not separated
     assert beta01.kl_low < 0 < beta01.kl_high
     assert beta01.seeds_for_kl_delta == kl_seeds_needed(np.std([-0.1, 0.3, -0.3], ddof=1), 0.2)
-    # one family: the 2 accuracy and 2 KL p values, Holm-adjusted together
+    # one family: the accuracy and KL p values, Holm-adjusted together; beta1's accuracy has
+    # nothing to test (no p value), so K = 3
     ps = [*rows["delta_p"], *rows["kl_p"]]
-    assert [*rows["delta_p_holm"], *rows["kl_p_holm"]] == pytest.approx(list(holm(ps)))
-    assert beta1.kl_p_holm == pytest.approx(4 * beta1.kl_p)  # the smallest of K = 4
+    assert [*rows["delta_p_holm"], *rows["kl_p_holm"]] == pytest.approx(list(holm(ps)),
+                                                                        nan_ok=True)
+    assert beta1.kl_p_holm == pytest.approx(3 * beta1.kl_p)  # the smallest of K = 3
 
 
 def test_kl_power_is_a_paired_t_test():
@@ -112,12 +116,12 @@ def test_the_report_states_separation_with_intervals(tmp_path):
     assert paragraph == contrast_paragraph(rows)
     assert "3 seed(s) per cell" in paragraph
     beta1 = rows[rows["label"] == "GRPO [beta1 ref-fixed]"].iloc[0]
-    assert ("GRPO [beta1 ref-fixed] vs GRPO-ISKL [beta1 ref-fixed]: accuracy +0.00 [+0.00, "
-            f"+0.00] (not separated; detectable {100 * beta1.mdd:.2f}), KL -0.300 [") in paragraph
+    assert ("GRPO [beta1 ref-fixed] vs GRPO-ISKL [beta1 ref-fixed]: accuracy +0.00 (nothing "
+            f"to test; detectable {100 * beta1.mdd:.2f}), KL -0.300 [") in paragraph
     assert beta1.kl_p_holm < 0.05
     assert (f"KL -0.300 [{beta1.kl_low:+.3f}, {beta1.kl_high:+.3f}] (separated, a finding: "
             f"Holm p {beta1.kl_p_holm:.3f}; detectable {beta1.kl_mdd:.3f})") in paragraph
-    assert "K = 4 comparisons (accuracy and KL)" in paragraph
+    assert "K = 3 comparisons (accuracy and KL)" in paragraph
     assert "GRPO [beta0.1 ref-fixed] vs GRPO-ISKL [beta0.1 ref-fixed]" in paragraph
     assert "## Contrasts" in md
 

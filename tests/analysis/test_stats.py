@@ -10,7 +10,9 @@ import pytest
 
 from analysis.stats import (
     bootstrap_means,
+    clip_interval,
     holm,
+    outside,
     paired_t,
     problem_bootstrap,
     seed_delta,
@@ -96,12 +98,27 @@ def test_one_seed_gives_a_delta_without_an_interval():
     assert math.isnan(d.low) and math.isnan(d.high) and math.isnan(d.p) and d.verdict == "tie"
 
 
-def test_constant_per_seed_differences_give_a_point_interval():
+def test_constant_per_seed_differences_are_not_tested():
+    # no spread: t is infinite (or 0/0), which is no evidence; no interval, no p value
     up = paired_t([0.25, 0.25, 0.25])
-    assert (up.low, up.high, up.p, up.verdict) == (0.25, 0.25, 0.0, "better")
+    assert math.isnan(up.low) and math.isnan(up.high) and math.isnan(up.p)
+    assert (up.delta, up.sd, up.seeds, up.verdict, up.state) == (0.25, 0.0, 3, "tie", "constant")
     zero = paired_t([0.0, 0.0])
-    assert (zero.low, zero.high, zero.p, zero.verdict) == (0.0, 0.0, 1.0, "tie")
-    assert paired_t([-0.1, -0.1]).verdict == "worse"
+    assert math.isnan(zero.p) and zero.state == "nothing to test"
+    # last bits of a sum in another order are still constant; a real spread is tested
+    assert paired_t([0.1 + 0.2, 0.3, 0.3]).state == "constant"
+    assert paired_t([0.25, 0.25, 0.25 + 1 / 484]).state == "tested"
+    assert paired_t([0.25]).state == "one seed"
+
+
+def test_a_clipped_interval_stays_ordered_and_keeps_its_mean_visible():
+    kl = seed_interval([-0.02, -0.01, -0.015], bounds=(0.0, math.inf))
+    assert kl.low <= kl.high and (kl.low, kl.high) == (0.0, 0.0)  # was low 0, high -0.0026
+    assert kl.mean == pytest.approx(-0.015) and outside(kl.mean, kl.low, kl.high)
+    inside = seed_interval([0.1, 0.2, 0.3], bounds=(0.0, math.inf))
+    assert not outside(inside.mean, inside.low, inside.high)
+    assert clip_interval(-0.5, 1.5, (0.0, 1.0)) == (0.0, 1.0)
+    assert clip_interval(1.2, 1.5, (0.0, 1.0)) == (1.0, 1.0)
 
 
 def test_seed_delta_is_antisymmetric_and_rejects_misaligned_input():

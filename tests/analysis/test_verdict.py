@@ -66,23 +66,39 @@ def _detectable(root) -> str:
 
 
 def test_a_clear_winner_and_a_clear_loser(tmp_path):
-    # per problem: DAPO 0.25 = 1, .25, 0, 0, 0; WIN 0.95 = 1, 1, 1, 1, .75 (Δ +0.70 on every
-    # seed); LOSE 0.05 = .25, 0, 0, 0, 0 (Δ -0.20)
-    # the same Δ on every seed: a point interval, p = 0, a finding whatever Holm does
-    dapo, win, lose = (0.25,) * 3, (0.95,) * 3, (0.05,) * 3
+    # per problem: DAPO 0.25 = 1, .25, 0, 0, 0; WIN 0.95 = 1, 1, 1, 1, .75; LOSE 0.05 = .25,
+    # 0, 0, 0, 0. Δ_s: WIN +0.70, +0.60, +0.70; LOSE -0.20, -0.20, -0.25 (t > 20 on 2 df)
+    dapo, win, lose = (0.25, 0.30, 0.25), (0.95, 0.90, 0.95), (0.05, 0.10, 0.00)
     root = _sweep(tmp_path, {"DAPO": dapo, "WIN": win, "LOSE": lose}, initial=0.05)
     text = _verdict(root)
-    assert text == (
+    p = holm([_delta(win, dapo).p, _delta(lose, dapo).p])
+    assert text.startswith(
         f"{head(2)} On Toy, better than DAPO (a finding: Holm p < 0.05): WIN "
-        f"({_interval(win, dapo, 0.0)}); worse than DAPO (a finding: Holm p < 0.05): LOSE "
-        f"({_interval(lose, dapo, 0.0)}).{_detectable(root)} The warm start (the initial "
+        f"({_interval(win, dapo, p[0])}); worse than DAPO (a finding: Holm p < 0.05): LOSE "
+        f"({_interval(lose, dapo, p[1])}).{_detectable(root)} The warm start (the initial "
         "model, before any RL step) scores 5.00 on Toy; gain at Last over it, with the "
-        "method's seed interval less that score (one evaluation, taken as fixed): DAPO +20.00 "
-        "[+20.00, +20.00], LOSE 0.00 [0.00, 0.00], WIN +90.00 [+90.00, +90.00]; its 95% "
-        "interval lies above the warm start for DAPO, WIN."
-    )
-    assert _interval(win, dapo, 0.0) == "+70.00 [+70.00, +70.00] (Holm p <0.001)"
-    assert _interval(lose, dapo).startswith("-20.00 [-")
+        "method's seed interval less that score (one evaluation, taken as fixed): DAPO +21.67 [")
+    assert text.endswith("its 95% interval lies above the warm start for DAPO, WIN.")
+    assert _interval(win, dapo).startswith("+66.67 [+")
+
+
+def test_constant_differences_are_not_tested(tmp_path):
+    # CONST scores 0.50 and DAPO 0.25 on every seed: Δ_s = +0.25 three times. The t
+    # statistic is infinite, so the old rule gave [+25.00, +25.00] (Holm p <0.001), a
+    # finding; SAME equals DAPO on every seed (Δ_s = 0): nothing to test. Neither is in K,
+    # and no warm-start gain of a score that never varies claims an interval
+    dapo, const = (0.25,) * 3, (0.50,) * 3
+    root = _sweep(tmp_path, {"DAPO": dapo, "CONST": const, "SAME": dapo}, initial=0.05)
+    text = _verdict(root)
+    assert text.startswith(
+        f"{head(0)} On Toy, the same Δ in every seed, so no spread to test, no p value and no "
+        "finding: CONST (+25.00 in each of 3 seeds); nothing to test (Δ = 0 in every seed, no "
+        "spread): SAME.")
+    assert "CONST +45.00 (the same in each of 3 seeds: no interval)" in text
+    assert "a finding:" not in text and "(Holm p" not in text
+    table = (root / "out" / "tables" / "last_best_dapo.md").read_text()
+    assert "+25.00 (constant over 3 seeds)" in table and "0.00 (nothing to test)" in table
+    assert "[+25.00, +25.00]" not in table
 
 
 def test_a_separation_that_does_not_survive_holm_is_unadjusted_only(tmp_path):
@@ -120,14 +136,16 @@ def test_a_tie(tmp_path):
 
 
 def test_mixed_verdict_names_each_group(tmp_path):
-    dapo = (0.25,) * 3
-    root = _sweep(tmp_path, {"DAPO": dapo, "WIN": (0.95,) * 3, "SAME": dapo})
+    dapo = (0.25, 0.30, 0.25)
+    root = _sweep(tmp_path, {"DAPO": dapo, "WIN": (0.95, 0.90, 0.95), "SAME": dapo,
+                             "TIE": (0.30, 0.25, 0.25)})
     text = _verdict(root)
-    assert "better than DAPO (a finding: Holm p < 0.05): WIN (+70.00 [" in text
-    assert ("; every problem scored the same in every run on both sides, nothing to compare"
-            not in text)  # SAME varies across problems: it is tested (p = 1)
-    assert "; not distinguishable from DAPO at 95%: SAME (0.00 [0.00, 0.00] (Holm p 1.000))." in text
-    assert "worse than" not in text
+    assert text.startswith(head(2))  # WIN and TIE: SAME has nothing to test
+    assert "better than DAPO (a finding: Holm p < 0.05): WIN (+66.67 [" in text
+    assert "; not distinguishable from DAPO at 95%: TIE (0.00 [-" in text
+    # SAME is DAPO's runs again: Δ_s = 0 on every seed, no spread; never a tested tie
+    assert "; nothing to test (Δ = 0 in every seed, no spread): SAME." in text
+    assert "SAME (0.00 [0.00, 0.00]" not in text and "worse than" not in text
 
 
 def test_a_gain_whose_seed_interval_reaches_the_warm_start_is_not_a_rise(tmp_path):
@@ -137,5 +155,6 @@ def test_a_gain_whose_seed_interval_reaches_the_warm_start_is_not_a_rise(tmp_pat
     text = _verdict(root)
     assert text.endswith(
         "scores 30.00 on Toy; gain at Last over it, with the method's seed interval less that "
-        "score (one evaluation, taken as fixed): DAPO -5.00 [-5.00, -5.00], UP +3.33 [-3.84, "
+        "score (one evaluation, taken as fixed): DAPO -5.00 (the same in each of 3 seeds: no "
+        "interval), UP +3.33 [-3.84, "
         "+10.50]; no method's 95% interval lies wholly above the warm start."), text
