@@ -1,20 +1,29 @@
-"""Recompute a snapshot's published numbers from what it ships, and compare.
+"""Recompute a snapshot's published numbers and sentences from what it ships, and compare.
 
     python -m analysis recompute docs/runs/<name> [docs/runs/<other> ...]
 
 A snapshot (docs/runs/<name>/, or any report's output folder) ships `tables/eval_metrics.csv`
-(every evaluation summary) and `tables/problem_scores.csv.gz` (every per-problem score).
-From those two alone this rebuilds each `tables/last_best_<scorer>.csv` (seed intervals, Δ
-vs the baseline with its paired t interval, p and Holm p) and `tables/contrasts.csv` (an
-overlay's contrasts) with the report's own code, and compares every number with the
-published file. It prints one line per table and exits 1 on any difference (0 otherwise),
-so a reader can check a published interval without the run folders, which no snapshot
-keeps.
+(every evaluation summary), `tables/problem_scores.csv.gz` (every per-problem score) and
+`tables/initial_metrics.csv` (the initial model's scores). From those alone this rebuilds,
+with the report's own code (`analysis.report.Published`):
+
+- each `tables/last_best_<scorer>.csv` (seed intervals, Δ vs the baseline with its paired t
+  interval, p and Holm p) and `tables/contrasts.csv` (an overlay's contrasts): every number
+  compared to 1e-9;
+- their Markdown and LaTeX renderings, `last_best_<scorer>.{md,tex}`: compared as text;
+- `report.md`'s computed text: the verdict (separations, detectable sizes, warm-start gains),
+  the contrasts' paragraph and table, each scorer's table and its initial-model row; each must
+  appear in report.md verbatim, so an edited verdict fails.
+
+It prints one line per file and exits 1 on any difference (0 otherwise, 2 when a file it
+needs is missing), so a reader can check a published interval, or a sentence, without the
+run folders, which no snapshot keeps.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -22,28 +31,15 @@ import numpy as np
 import pandas as pd
 
 from analysis import contrasts
-from analysis.collect import SCORE_COLUMNS
-from analysis.delta import VERDICT_SCORER, DeltaOptions, Scores
-from analysis.tables import last_best_table, per_run_last_best
+from analysis.delta import VERDICT_SCORER, DeltaOptions
+from analysis.report import Published, initial_rows
+from analysis.snapshot import read_published
+from analysis.tables import render_latex, render_markdown, table_stem
+from analysis.verdict import contrast_paragraph
 from common.layout import SweepDir
 
 TOLERANCE = 1e-9  # absolute: another CPU may sum in another order (last bits)
-
-
-def read_snapshot(folder: str | Path) -> tuple[pd.DataFrame, Scores]:
-    """(the evaluation rows, the per-problem scores) a snapshot ships; a one-line
-    FileNotFoundError names what is missing."""
-    snap = SweepDir(folder)
-    evals = snap.tables / "eval_metrics.csv"
-    for path in (evals, snap.problem_scores):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: a snapshot ships the report's "
-                                    "tables/eval_metrics.csv and tables/problem_scores.csv.gz")
-    eval_df = pd.read_csv(evals)
-    for col in [c for c in eval_df.columns if c.startswith("tag_")] + ["label", "run_id"]:
-        eval_df[col] = eval_df[col].fillna("").astype(str)
-    table = pd.read_csv(snap.problem_scores, dtype={"problem_id": str, "run_id": str})
-    return eval_df, Scores(table[SCORE_COLUMNS])
+_VERDICT_SCORER = re.compile(r"\*\*Verdict\*\* \(computed from the tables below: scorer `([^`]+)`")
 
 
 def compare(published: pd.DataFrame, rebuilt: pd.DataFrame, keys: list[str]) -> list[str]:
@@ -63,29 +59,100 @@ def compare(published: pd.DataFrame, rebuilt: pd.DataFrame, keys: list[str]) -> 
     return diffs
 
 
-def recompute(folder: str | Path) -> list[tuple[str, int, list[str]]]:
-    """(table file, numbers compared, differences) per published table of a snapshot."""
+def text_diff(what: str, published: str, rebuilt: str) -> list[str]:
+    """[] when equal, else one line naming where the two texts first part."""
+    if published == rebuilt:
+        return []
+    at = next((i for i, (a, b) in enumerate(zip(published, rebuilt)) if a != b),
+              min(len(published), len(rebuilt)))
+    return [f"{what} differs at character {at}: published {published[at:at + 60]!r}, "
+            f"recomputed {rebuilt[at:at + 60]!r}"]
+
+
+def missing_block(what: str, block: str, report: str) -> list[str]:
+    """[] when `block` appears in the report verbatim and whole (ending a line, starting one
+    or following a space, as the verdict follows a cross-check's lead), else one line saying
+    what is missing: a shortened or extended sentence is a difference too."""
+    if re.search(r"(?:^| )" + re.escape(block.rstrip("\n")) + r"$", report, re.M):
+        return []
+    return [f"report.md does not state the recomputed {what}: {block[:160]!r}..."]
+
+
+def _verdicts(report: str, eval_df, scores, initial, baseline: str) -> list[Published]:
+    """The report's Published under each scorer its verdict may have been asked to read: the
+    default, and the one its opening names (a `--verdict-scorer` choice)."""
+    named = _VERDICT_SCORER.search(report)
+    wanted = [VERDICT_SCORER] + ([named.group(1)] if named else [])
+    return [Published.computed(eval_df, scores, initial, DeltaOptions(baseline), w)
+            for w in dict.fromkeys(wanted)]
+
+
+def recomputed(folder: str | Path) -> tuple[Published, pd.DataFrame] | None:
+    """(what the report's code states from a snapshot's files, its initial-model rows); None
+    for a folder with no Last/Best table. The baseline is the published tables' own."""
     snap = SweepDir(folder)
-    eval_df, scores = read_snapshot(folder)
+    eval_df, scores, initial = read_published(folder)
+    csvs = sorted(snap.tables.glob("last_best_*.csv"))
+    if not csvs:
+        return None
+    baseline = str(pd.read_csv(csvs[0])["baseline"].iloc[0])
+    report = snap.report.read_text() if snap.report.is_file() else ""
+    candidates = _verdicts(report, eval_df, scores, initial, baseline)
+    return next((c for c in candidates if c.verdict[0] in report), candidates[0]), initial
+
+
+def recompute(folder: str | Path) -> list[tuple[str, int, list[str]]]:
+    """(file, numbers or blocks compared, differences) per published file of a snapshot."""
+    snap = SweepDir(folder)
+    found = recomputed(folder)
+    if found is None:
+        return []
+    published_text, initial = found
+    report = snap.report.read_text() if snap.report.is_file() else ""
+    csvs = sorted(snap.tables.glob("last_best_*.csv"))
     out = []
-    for path in sorted(snap.tables.glob("last_best_*.csv")):
+    for path in csvs:
         published = pd.read_csv(path)
         scorer, metric = str(published["scorer"].iloc[0]), str(published["metric"].iloc[0])
-        baseline = str(published["baseline"].iloc[0])
-        rebuilt = last_best_table(eval_df, scorer, metric, scores=scores,
-                                  delta=DeltaOptions(baseline))
-        keys = ["label", "benchmark", "stat"]
-        out.append((path.name, _count(published), compare(published, rebuilt, keys)))
+        rebuilt = published_text.tables.get(scorer)
+        if rebuilt is None or table_stem(scorer, metric) != path.stem:
+            out.append((path.name, 0, [f"no recomputed table for scorer {scorer!r}"]))
+            continue
+        out.append((path.name, _count(published),
+                    compare(published, rebuilt, ["label", "benchmark", "stat"])))
+        for ext, text in (("md", render_markdown(rebuilt)),
+                          ("tex", render_latex(rebuilt, path.stem.replace("_", "-")))):
+            rendered = path.with_suffix(f".{ext}")
+            if rendered.is_file():
+                out.append((rendered.name, 1, text_diff(rendered.name, rendered.read_text(),
+                                                        text)))
+    rows = published_text.contrast_rows
     path = snap.tables / contrasts.CSV_NAME
     if path.is_file():
         published = pd.read_csv(path)
-        scorer = VERDICT_SCORER
-        bench = str(published["benchmark"].iloc[0])
-        rebuilt = contrasts.contrast_rows(per_run_last_best(eval_df, scorer), scores, scorer,
-                                          bench)
-        out.append((path.name, _count(published),
-                    compare(published, rebuilt, ["contrast", "label", "partner"])))
+        if rows is None or rows.empty:
+            out.append((path.name, 0, ["published, but the snapshot's scores give no contrast"]))
+        else:
+            out.append((path.name, _count(published),
+                        compare(published, rows, ["contrast", "label", "partner"])))
+    if report:
+        out.append(("report.md", *_report_blocks(report, published_text, initial)))
     return out
+
+
+def _report_blocks(report: str, pub: Published, initial: pd.DataFrame) -> tuple[int, list[str]]:
+    """(blocks compared, differences) of report.md's computed text against `pub`."""
+    blocks = [("verdict", pub.verdict[0])]
+    if pub.contrast_rows is not None and not pub.contrast_rows.empty:
+        blocks += [("contrasts paragraph", contrast_paragraph(pub.contrast_rows)),
+                   ("contrasts table", contrasts.markdown(pub.contrast_rows))]
+    for scorer, tidy in pub.tables.items():
+        blocks.append((f"`{scorer}` table", render_markdown(tidy)))
+        lines = initial_rows(initial, scorer)
+        if lines:
+            blocks.append((f"`{scorer}` initial-model row", "\n".join(lines)))
+    diffs = [d for what, block in blocks for d in missing_block(what, block, report)]
+    return len(blocks), diffs
 
 
 def _count(df: pd.DataFrame) -> int:
@@ -107,7 +174,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for name, count, diffs in results:
             status = "all equal" if not diffs else f"{len(diffs)} differ"
-            print(f"{folder}/tables/{name}: {count} numbers recomputed, {status}")
+            if name == "report.md":
+                what = f"{folder}/report.md: {count} computed blocks of text"
+            elif name.endswith((".md", ".tex")):
+                what = f"{folder}/tables/{name}: its rendering"
+            else:
+                what = f"{folder}/tables/{name}: {count} numbers"
+            print(f"{what} recomputed, {status}")
             for line in diffs[:20]:
                 print(f"  {line}")
             failed |= bool(diffs)

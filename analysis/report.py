@@ -394,6 +394,31 @@ def write_tidy(col: Collection, tables_dir: Path) -> None:
     col.eval.to_csv(tables_dir / "eval_metrics.csv", index=False)
 
 
+@dataclass
+class Published:
+    """What a report states that its numbers decide: the Last/Best tables per scorer, the
+    overlay's contrast rows, and the opening verdict (with the detectable sizes and the
+    warm-start gains). `computed` builds it from the evaluation rows and per-problem scores
+    alone, so the report and `python -m analysis recompute` write the same text."""
+
+    tables: dict[str, pd.DataFrame]
+    contrast_rows: pd.DataFrame | None
+    verdict: list[str]
+
+    @classmethod
+    def computed(cls, eval_df: pd.DataFrame, scores: Scores, initial: pd.DataFrame,
+                 delta: DeltaOptions, verdict_scorer: str) -> Published:
+        tables = last_best_tables(eval_df, scores=scores, delta=delta)
+        scorer = _verdict_scorer(tables, verdict_scorer)
+        rows = (contrasts.contrast_rows(per_run_last_best(eval_df, scorer), scores, scorer)
+                if scorer else None)
+        verdict = verdict_section(
+            tables, initial, verdict_scorer,
+            lambda scorer: detectable_by_benchmark(power_rows(
+                per_run_last_best(eval_df, scorer), scores, scorer, delta.baseline)))
+        return cls(tables, rows, verdict)
+
+
 def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     """Collect the sweep, write tables and plots, then `report.md`; returns its path."""
     out = opts.out_dir
@@ -405,27 +430,23 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     score_table.to_csv(SweepDir(out).problem_scores, index=False,
                        compression={"method": "gzip", "mtime": 0})
     scores = Scores(score_table)
-    tables = last_best_tables(col.eval, scores=scores, delta=opts.delta)
-    table_files = write_last_best_tables(tables, tables_dir)
     initial = collect_initial(opts.sweep_dir)
+    initial.to_csv(SweepDir(out).initial_metrics, index=False)  # the verdict's warm start
+    published = Published.computed(col.eval, scores, initial, opts.delta, opts.verdict_scorer)
+    tables, contrast_rows = published.tables, published.contrast_rows
+    table_files = write_last_best_tables(tables, tables_dir)
     plot_files = write_plots(col.train, col.eval, plots_dir, smooth=opts.smooth,
                              initial=initial)
     labels = set(col.train.get("label", [])) | set(col.eval.get("label", []))
     frontier_files = write_frontier_plots(col.eval, plots_dir, method_colors(labels),
                                           initial=initial)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
-    scorer = _verdict_scorer(tables, opts.verdict_scorer)
-    contrast_rows = (contrasts.contrast_rows(per_run_last_best(col.eval, scorer), scores,
-                                             scorer) if scorer else None)
     if contrast_rows is not None and not contrast_rows.empty:
         contrast_rows.to_csv(tables_dir / contrasts.CSV_NAME, index=False)
     md = [
         f"# Report: {opts.sweep_dir.resolve().name}",
         "",
-        *first_paragraph(crosscheck_head, verdict_section(
-            tables, initial, opts.verdict_scorer,
-            lambda scorer: detectable_by_benchmark(power_rows(
-                per_run_last_best(col.eval, scorer), scores, scorer, opts.delta.baseline)))),
+        *first_paragraph(crosscheck_head, published.verdict),
         *contrasts_section(contrast_rows),
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),

@@ -12,6 +12,8 @@
         tables/, plots/                        .tables, .plots: the report's tables and plots
         tables/problem_scores.csv.gz           .problem_scores: every per-problem score the
                                                report's intervals read (a snapshot ships it)
+        tables/initial_metrics.csv             .initial_metrics: the initial model's (step 0)
+                                               evaluation summaries, the verdict's warm start
         crosscheck/                            .crosscheck -> CrosscheckDir (eval.crosscheck)
     <results_dir>/envs/<name>/               env_dir(results_dir, name): shared by sweeps
     <results_dir>/models/<name>/             prepared_model_dir(results_dir, name): a named
@@ -222,6 +224,10 @@ class SweepDir(_Dir):
     @property
     def problem_scores(self) -> Path:
         return self.tables / "problem_scores.csv.gz"
+
+    @property
+    def initial_metrics(self) -> Path:
+        return self.tables / "initial_metrics.csv"
 
     @property
     def plots(self) -> Path:

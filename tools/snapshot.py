@@ -4,6 +4,7 @@
         --commit SHA --wall-s 431 --machine idle [--cpu "AMD EPYC, 2 cores"] \
         [--aten-cpu-capability default] [--date ISO] [--load "..."] [--note "..."] \
         [--samples arithmetic]
+    python tools/snapshot.py --refresh docs/runs/<name> [...]   # statistics changed, runs gone
 
 A snapshot is what README and docs/results.md quote, and all a reader needs to recompute
 them: the sweep's `report.md`, its `tables/` (every CSV, Markdown and LaTeX table, and
@@ -26,6 +27,7 @@ import gzip
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -80,7 +82,7 @@ def snapshot(sweep: Path, dest: Path, meta: dict) -> Path:
         shutil.rmtree(dest)
     out = SweepDir(dest)
     out.tables.mkdir(parents=True)
-    shutil.copy(src.report, out.report)
+    out.report.write_text(unshipped_links_dropped(src.report.read_text()))
     for path in sorted(src.tables.iterdir()):
         if path.is_file() and path.name not in LEFT_OUT:
             shutil.copy(path, out.tables / path.name)
@@ -90,6 +92,52 @@ def snapshot(sweep: Path, dest: Path, meta: dict) -> Path:
             shutil.copy(path, out.plots / path.name)
     (dest / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
     return dest
+
+
+def unshipped_links_dropped(report: str) -> str:
+    """report.md without its links to the files a snapshot leaves out (LEFT_OUT)."""
+    for name in sorted(LEFT_OUT):
+        report = re.sub(rf", \[[^\]]*\]\(tables/{re.escape(name)}\)", "", report)
+    return report
+
+
+def refresh(dest: Path) -> list[str]:
+    """Rebuild a snapshot's computed files from what it ships, for when the statistics
+    change and the run folders are gone: its Last/Best tables (CSV, Markdown, LaTeX), its
+    contrasts, and in report.md the verdict, the contrasts' paragraph and table and each
+    scorer's table (each found by its heading and replaced whole; every other line kept).
+    Returns what it rewrote; `python -m analysis recompute` then checks the result."""
+    from analysis import contrasts
+    from analysis.recompute import recomputed
+    from analysis.tables import render_markdown, write_last_best_tables
+    from analysis.verdict import contrast_paragraph
+
+    snap = SweepDir(dest)
+    found = recomputed(dest)
+    if found is None:
+        raise SystemExit(f"{dest}: no Last/Best table to refresh")
+    pub, _ = found
+    write_last_best_tables(pub.tables, snap.tables)
+    done = [f"tables/{t}.{{csv,md,tex}}" for t in (f"last_best_{s}" for s in pub.tables)]
+    text = snap.report.read_text()
+    edits = [(r"\*\*Verdict\*\*[^\n]*", pub.verdict[0], "the verdict")]
+    rows = pub.contrast_rows
+    if rows is not None and not rows.empty:
+        rows.to_csv(snap.tables / contrasts.CSV_NAME, index=False)
+        done.append(f"tables/{contrasts.CSV_NAME}")
+        edits += [(r"^\*\*Contrasts\*\*[^\n]*", contrast_paragraph(rows), "the contrasts"),
+                   (r"^\| Contrast \|[^\n]*\n(?:\|[^\n]*\n)*", contrasts.markdown(rows),
+                    "the contrasts table")]
+    for scorer, tidy in pub.tables.items():
+        edits.append((rf"(?<=### Scorer `{re.escape(scorer)}`\n\n)\*Scorer [^\n]*\n\n"
+                      r"(?:\|[^\n]*\n)+", render_markdown(tidy), f"the `{scorer}` table"))
+    for pattern, new, what in edits:
+        text, hits = re.subn(pattern, lambda _m, new=new: new, text, count=1, flags=re.M)
+        if not hits:
+            raise SystemExit(f"{snap.report}: {what} not found where a report puts it")
+        done.append(f"report.md: {what}")
+    snap.report.write_text(unshipped_links_dropped(text))
+    return done
 
 
 def copy_samples(sweep: Path, dest: Path, benchmark: str) -> list[Path]:
@@ -116,6 +164,13 @@ def copy_samples(sweep: Path, dest: Path, benchmark: str) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--refresh"]:
+        if len(argv) < 2:
+            raise SystemExit("usage: python tools/snapshot.py --refresh docs/runs/<name> [...]")
+        for dest in argv[1:]:
+            print("\n".join(f"{dest}: rewrote {what}" for what in refresh(Path(dest))))
+        return 0
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", help="results/<sweep>: a finished sweep")

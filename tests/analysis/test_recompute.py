@@ -1,17 +1,20 @@
-"""Every published interval can be recomputed from what a snapshot ships: a report's tables/
-folder alone (eval_metrics.csv, problem_scores.csv.gz) gives back its Last/Best tables and
-contrasts, number for number; a changed number is caught. The committed snapshots README
-quotes are checked the same way."""
+"""Every published interval and sentence can be recomputed from what a snapshot ships: a
+report's tables/ folder alone (eval_metrics.csv, problem_scores.csv.gz, initial_metrics.csv)
+gives back its Last/Best tables and contrasts, number for number, their renderings and
+report.md's verdict, text for text; a changed number or an edited sentence is caught. Every
+committed snapshot is checked the same way."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import shutil
 import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from analysis_fixtures import write_run
+from analysis_fixtures import summary, write_run
 from test_contrasts import FRONTIER, _write
 
 from analysis.__main__ import main
@@ -20,6 +23,10 @@ from analysis.report import build_report, check_options
 from common.layout import SweepDir
 
 REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("snapshot_tool", REPO / "tools" / "snapshot.py")
+snapshot_tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(snapshot_tool)
+refresh = snapshot_tool.refresh
 
 
 @pytest.fixture()
@@ -30,11 +37,15 @@ def snapshot(tmp_path) -> Path:
     for seed, mean in enumerate((0.30, 0.35, 0.30)):
         write_run(root / "runs", f"dapo_s{seed}", "DAPO", seed, {}, evals={"toy": {20: mean}},
                   kls={"toy": {20: 0.5}})
+    step0 = root / "initial" / "eval" / "step_0"
+    step0.mkdir(parents=True)
+    (step0 / "toy.json").write_text(json.dumps(summary("toy", 0, 0.20)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_report(check_options(root, root / "out"))
     snap = tmp_path / "snap"
     shutil.copytree(root / "out" / "tables", snap / "tables")
+    shutil.copy(root / "out" / "report.md", snap / "report.md")
     return snap
 
 
@@ -44,9 +55,15 @@ def test_a_snapshot_recomputes_number_for_number(snapshot, capsys):
                                     "correct", "samples"]
     assert len(scores) == 6 * 3 * 2 * 5  # runs x seeds x scorers x problems, one step
     results = recompute(snapshot)
-    assert [name for name, _, _ in results] == ["last_best_dapo.csv",
-                                                "last_best_math_verify.csv", "contrasts.csv"]
+    assert [name for name, _, _ in results] == [
+        "last_best_dapo.csv", "last_best_dapo.md", "last_best_dapo.tex",
+        "last_best_math_verify.csv", "last_best_math_verify.md", "last_best_math_verify.tex",
+        "contrasts.csv", "report.md"]
     assert all(count > 0 and diffs == [] for _, count, diffs in results)
+    # the verdict, the contrasts' paragraph and table, two scorer tables and their
+    # initial-model rows
+    assert dict((n, c) for n, c, _ in results)["report.md"] == 7
+    assert "scores 20.00 on Toy" in (snapshot / "report.md").read_text()
     assert main(["recompute", str(snapshot)]) == 0
     assert "contrasts.csv: " in capsys.readouterr().out
 
@@ -61,6 +78,37 @@ def test_a_changed_number_is_caught(snapshot, capsys):
     assert "contrasts.csv: " in out and "1 differ" in out and "delta_high" in out
 
 
+@pytest.mark.parametrize("edit", [
+    ("report.md", "**Verdict**", "**Verdict** (edited)"),
+    ("report.md", "detects on Toy", "detects on Toy, we think,"),
+    ("tables/last_best_dapo.md", "| DAPO |", "| DAPO (ours) |"),
+    ("tables/last_best_dapo.tex", "DAPO", "DAPO*"),
+    ("tables/initial_metrics.csv", ",toy,dapo,", ",toy,dapo_x,"),
+])
+def test_an_edited_sentence_or_rendering_is_caught(snapshot, capsys, edit):
+    name, old, new = edit
+    path = snapshot / name
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    assert main(["recompute", str(snapshot)]) == 1
+    assert "1 differ" in capsys.readouterr().out
+
+
+def test_refresh_rewrites_what_recompute_checks(snapshot):
+    # an older report's wording (here: an edited verdict and table) is rebuilt from the
+    # snapshot's own files, every other line kept
+    report = snapshot / "report.md"
+    report.write_text(report.read_text().replace("**Verdict** (", "**Verdict** (old wording; ")
+                      .replace("*Scorer dapo:", "*Scorer dapo (old caption):")
+                      + "\nA hand-written line.\n")
+    assert any(diffs for _, _, diffs in recompute(snapshot))
+    done = refresh(snapshot)
+    assert "report.md: the verdict" in done and "report.md: the `dapo` table" in done
+    assert all(diffs == [] for _, _, diffs in recompute(snapshot))
+    assert report.read_text().endswith("A hand-written line.\n")
+
+
 def test_a_snapshot_without_scores_is_one_line(tmp_path, capsys):
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables" / "eval_metrics.csv").write_text("run_id\n")
@@ -68,17 +116,15 @@ def test_a_snapshot_without_scores_is_one_line(tmp_path, capsys):
     assert "problem_scores.csv.gz is missing" in capsys.readouterr().err
 
 
-# every docs/runs snapshot that ships its per-problem scores (docs/results.md's table says
-# which); README's and the frontier's among them
-WITH_SCORES = sorted(p.name for p in (REPO / "docs" / "runs").iterdir()
-                     if (p / "tables" / "problem_scores.csv.gz").is_file())
+SNAPSHOTS = sorted(p.name for p in (REPO / "docs" / "runs").iterdir() if p.is_dir())
 
 
-def test_the_quoted_snapshots_ship_their_scores():
-    assert {"default-host", "default-aten-default", "frontier"} <= set(WITH_SCORES)
-
-
-@pytest.mark.parametrize("name", WITH_SCORES)
-def test_the_published_snapshots_readme_quotes_recompute(name):
-    results = recompute(REPO / "docs" / "runs" / name)
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_every_published_snapshot_ships_its_scores_and_recomputes(name):
+    snap = SweepDir(REPO / "docs" / "runs" / name)
+    assert snap.problem_scores.is_file() and snap.initial_metrics.is_file(), (
+        f"docs/runs/{name} ships no per-problem scores or warm start: rebuild it with "
+        "tools/snapshot.py, or retire it")
+    results = recompute(snap.root)
     assert results and all(diffs == [] for _, _, diffs in results), results
+    assert "report.md" in [name for name, _, _ in results]
