@@ -1,33 +1,38 @@
-"""The harness checks its own intervals: simulated studies, analysed by the report's Δ code.
+"""The harness checks its own intervals: simulated sweeps, analysed by the report's own code.
 
     python -m analysis calibrate [--run-sd 4] [--interaction-sd 3] [--accuracy 25]
-        [--problem-sd 15] [--problems 121] [--samples 4] [--seeds 3 5] [--effect 20]
-        [--studies 2000] [--seed 0]
-    python -m analysis calibrate --sweep-dir results/<sweep> [--benchmark toy] [--scorer dapo]
+        [--problem-sd 15] [--problems 121] [--samples 4] [--seeds 3 5] [--family 3]
+        [--effect 20] [--studies 1000] [--seed 0]
+    python -m analysis calibrate --sweep-dir results/<sweep>|docs/runs/<name> [--benchmark toy]
 
-Each simulated study is one comparison of a method with the baseline, S seeds each, on P
+Each simulated study is one sweep: a baseline and K methods (`--family`), S seeds each, on P
 problems sampled n times, on the probability scale (points in the CLI, fractions inside):
 
     p[run, problem] = clip(q[problem] + effect + u[run] + e[run, problem], 0, 1)
     score[run, problem] = Binomial(n, p) / n
 
-q: the problems' accuracy (shared by both methods: difficulty; Beta-distributed with the
+q: the problems' accuracy (shared by every method: difficulty; Beta-distributed with the
 given mean and sd, or a sweep's baseline per-problem scores), u: the run's own shift (sd
 `run_sd`: the run-to-run variance), e: a run x problem interaction (sd `interaction_sd`).
-With `--sweep-dir` the sds come from the sweep's fitted variance components
-(`analysis.power`, pooled over its comparisons with the baseline: u and e carry half of the
-paired difference's seed and interaction components each).
+With `--sweep-dir` (a sweep, or a snapshot under docs/runs/) the sds come from its fitted
+variance components (`analysis.power`, pooled over its comparisons with the baseline: u and
+e carry half of the paired difference's seed and interaction components each).
 
-For each number of seeds it prints, from `studies` simulated studies:
-- the false-separation rate under the null (effect 0) of the report's interval
-  (`analysis.stats.seed_delta`, the code every Δ column, verdict, contrast and within table
-  runs), with its 95% binomial interval: about 5% when the interval is calibrated;
-- the same rate for the harness's old interval, the bootstrap over (problem, seed) pairs
-  (`analysis.stats.problem_bootstrap`), on fewer studies (it is slow);
+Every study is written in the collector's format (evaluation rows and per-problem scores)
+and read by the code every report runs: `analysis.tables.last_best_table` (the paired t over
+seeds, Holm over the K Last comparisons) and `analysis.verdict.reading` (finding,
+unadjusted, tie). For each number of seeds it prints, from `studies` studies:
+- false separations under the null (every effect 0): the share of the K comparisons whose
+  95% interval excludes 0 (expected 5%), and the share of studies with any finding, the
+  family-wise rate Holm controls (at most 5%), each with its 95% Wilson interval;
 - the planner's detectable Δ for this design (`analysis.power.mdd`, from the components of a
-  large pilot of the same model showing that Δ) and how often a study with that effect
+  large pilot of the same model showing that Δ) and how often a comparison with that effect
   separates: about 80% when the planner is calibrated;
-- how often a study with `--effect` separates: a large real effect must still show.
+- how often a comparison with `--effect` separates: a large real effect must still show.
+
+It exits 1 when a false-separation rate's interval lies wholly above 5%: the report's
+intervals would then separate more null comparisons than they claim (the old bootstrap over
+(problem, seed) pairs does: 37-46%).
 """
 
 from __future__ import annotations
@@ -35,17 +40,21 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from scipy import stats as _scipy_stats
 
 from analysis import power
-from analysis.collect import collect
-from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, Scores
-from analysis.stats import problem_bootstrap, seed_delta
-from analysis.tables import per_run_last_best
+from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions, Scores
+from analysis.snapshot import read_sweep_or_published
+from analysis.stats import LEVEL
+from analysis.tables import last_best_table, per_run_last_best
+from analysis.verdict import reading
 
+NOMINAL = 1 - LEVEL  # the false-separation rate a calibrated 95% interval allows
 PILOT_SEEDS, PILOT_PROBLEMS_MIN = 400, 400  # the large pilot the planner's components come from
 
 
@@ -84,6 +93,16 @@ class Model:
 
         return side(effect), side(0.0)
 
+    def sweeps(self, rng: np.random.Generator, studies: int, family: int, seeds: int,
+               effect: float = 0.0) -> np.ndarray:
+        """(studies, 1 + family, seeds, P) per-problem scores: the baseline, then `family`
+        methods each shifted by `effect`, every run with its own u and e."""
+        shift = np.r_[0.0, np.full(family, effect)][None, :, None, None]
+        u = rng.normal(0.0, self.run_sd, (studies, family + 1, seeds, 1))
+        e = rng.normal(0.0, self.interaction_sd, (studies, family + 1, seeds, self.problems))
+        p = np.clip(self.q + shift + u + e, 0.0, 1.0)
+        return rng.binomial(self.samples, p) / self.samples
+
 
 def beta_accuracies(mean: float, sd: float, problems: int, seed: int = 0) -> np.ndarray:
     """P problem accuracies from the Beta distribution with this mean and sd (fractions)."""
@@ -100,18 +119,59 @@ def rate(hits: int, total: int) -> tuple[float, float, float]:
     return hits / total, float(ci.low), float(ci.high)
 
 
-def separations(method: np.ndarray, base: np.ndarray) -> int:
-    """How many of the studies the report's interval separates (excludes 0)."""
-    return sum(seed_delta(list(m), list(b)).verdict != "tie" for m, b in zip(method, base))
+BASELINE, BENCHMARK, SCORER = "BASE", "sim", "sim"
 
 
-def old_separations(method: np.ndarray, base: np.ndarray, reps: int) -> int:
-    """The same count for the old bootstrap over (problem, seed) pairs."""
-    hits = 0
-    for i, (m, b) in enumerate(zip(method, base)):
-        _, low, high = problem_bootstrap(m, b, reps=reps, seed=i)
-        hits += low > 0 or high < 0
-    return hits
+def study_tables(scores: np.ndarray, samples: int) -> tuple[pd.DataFrame, Scores]:
+    """One simulated sweep in the collector's format: `scores` (methods, seeds, P) Mean@n,
+    method 0 the baseline. (evaluation rows, per-problem scores) as a report reads them."""
+    methods, seeds, problems = scores.shape
+    labels = [BASELINE] + [f"M{i}" for i in range(1, methods)]
+    runs = [(f"{lab}_s{s}", lab, s) for lab in labels for s in range(seeds)]
+    evals = pd.DataFrame({"run_id": [r for r, _, _ in runs], "label": [lab for _, lab, _ in runs],
+                          "seed": [s for _, _, s in runs], "step": 1, "benchmark": BENCHMARK,
+                          "scorer": SCORER, "n": samples,
+                          "mean": scores.reshape(methods * seeds, problems).mean(axis=1)})
+    correct = np.rint(scores * samples).astype(int).reshape(-1)
+    table = pd.DataFrame({"run_id": np.repeat(evals["run_id"].to_numpy(), problems),
+                          "step": 1, "benchmark": BENCHMARK, "scorer": SCORER,
+                          "problem_id": np.tile([str(p) for p in range(problems)],
+                                                methods * seeds),
+                          "correct": correct, "samples": samples})
+    return evals, Scores(table)
+
+
+def readings(scores: np.ndarray, samples: int) -> list[str]:
+    """The verdict's reading of each of the K comparisons of one simulated sweep, through
+    the report's table (paired t over seeds, Holm over the K Last Δs)."""
+    evals, table = study_tables(scores, samples)
+    tidy = last_best_table(evals, SCORER, scores=table, delta=DeltaOptions(BASELINE))
+    last = tidy[(tidy["stat"] == "last") & (tidy["label"] != BASELINE)]
+    return [reading(r.delta_low, r.delta_high, r.delta_p_holm) for r in last.itertuples()]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Over a batch of studies: comparisons, those whose interval excludes 0, studies, and
+    studies with at least one finding (Holm p < 0.05 and the interval excludes 0)."""
+
+    comparisons: int
+    separated: int
+    studies: int
+    with_finding: int
+
+
+def count(batch: np.ndarray, samples: int) -> Counts:
+    """`readings` over a batch (studies, methods, seeds, P)."""
+    separated = comparisons = with_finding = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's precision warning on near-equal Δ_s
+        for study in batch:
+            said = readings(study, samples)
+            comparisons += len(said)
+            separated += sum(r in ("finding", "unadjusted") for r in said)
+            with_finding += "finding" in said
+    return Counts(comparisons, separated, len(batch), with_finding)
 
 
 def planner_components(model: Model, rng: np.random.Generator,
@@ -138,43 +198,65 @@ def planner_mdd(model: Model, seeds: int, rng: np.random.Generator) -> float:
 @dataclass(frozen=True)
 class Row:
     seeds: int
-    studies: int
-    false_rate: tuple[float, float, float]
-    old_rate: tuple[float, float, float]
-    old_studies: int
+    null: Counts
     mdd: float
-    power_at_mdd: tuple[float, float, float]
+    at_mdd: Counts
     effect: float
-    power_at_effect: tuple[float, float, float]
+    at_effect: Counts
+
+    @property
+    def false_rate(self) -> tuple[float, float, float]:
+        """Null comparisons whose interval excludes 0, with its Wilson interval."""
+        return rate(self.null.separated, self.null.comparisons)
+
+    @property
+    def familywise_rate(self) -> tuple[float, float, float]:
+        """Null studies with any finding after Holm, with its Wilson interval."""
+        return rate(self.null.with_finding, self.null.studies)
+
+    @property
+    def power_at_mdd(self) -> tuple[float, float, float]:
+        return rate(self.at_mdd.separated, self.at_mdd.comparisons)
+
+    @property
+    def power_at_effect(self) -> tuple[float, float, float]:
+        return rate(self.at_effect.separated, self.at_effect.comparisons)
+
+    @property
+    def calibrated(self) -> bool:
+        """Neither false-separation rate's 95% interval lies wholly above the nominal 5%."""
+        return self.false_rate[1] <= NOMINAL and self.familywise_rate[1] <= NOMINAL
 
 
 @dataclass
 class Calibration:
     model: Model
+    family: int
     rows: list[Row] = field(default_factory=list)
 
+    @property
+    def calibrated(self) -> bool:
+        return all(r.calibrated for r in self.rows)
 
-def calibrate(model: Model, seeds=(3, 5), studies: int = 2000, effect: float = 0.20,
-              old_studies: int = 300, old_reps: int = 1000, seed: int = 0) -> Calibration:
+
+def calibrate(model: Model, seeds=(3, 5), studies: int = 1000, effect: float = 0.20,
+              family: int = 3, seed: int = 0) -> Calibration:
     """Simulate and analyse (see module doc); deterministic given `seed`."""
-    if studies < 1 or old_studies < 1:
+    if studies < 1:
         raise ValueError("--studies must be >= 1")
+    if family < 1:
+        raise ValueError(f"--family {family}: a report compares at least 1 method")
     rng = np.random.default_rng(seed)
-    out = Calibration(model)
+    out = Calibration(model, family)
     for s in seeds:
         if s < 2:
             raise ValueError(f"--seeds {s}: an interval needs at least 2 seeds")
-        null_m, null_b = model.draw(rng, studies, s)
-        k = min(old_studies, studies)
         mdd = planner_mdd(model, s, rng)
-        at_mdd = model.draw(rng, studies, s, effect=mdd)
-        at_effect = model.draw(rng, studies, s, effect=effect)
         out.rows.append(Row(
-            seeds=s, studies=studies,
-            false_rate=rate(separations(null_m, null_b), studies),
-            old_rate=rate(old_separations(null_m[:k], null_b[:k], old_reps), k), old_studies=k,
-            mdd=mdd, power_at_mdd=rate(separations(*at_mdd), studies),
-            effect=effect, power_at_effect=rate(separations(*at_effect), studies)))
+            seeds=s, null=count(model.sweeps(rng, studies, family, s), model.samples),
+            mdd=mdd, at_mdd=count(model.sweeps(rng, studies, family, s, mdd), model.samples),
+            effect=effect,
+            at_effect=count(model.sweeps(rng, studies, family, s, effect), model.samples)))
     return out
 
 
@@ -185,41 +267,42 @@ def _pct(r: tuple[float, float, float]) -> str:
 def render(cal: Calibration) -> str:
     m = cal.model
     lines = [
-        "Calibration of the report's Δ interval (paired t over seeds, 95%) on simulated "
-        "studies of one method against the baseline:",
+        "Calibration of the report's Δ intervals (last_best_table: paired t over seeds, 95%, "
+        f"Holm over the K = {cal.family} Last comparisons; verdict.reading) on simulated "
+        "sweeps of a baseline and K methods:",
         f"  model: run-to-run sd {100 * m.run_sd:.2f} points per run, run x problem sd "
         f"{100 * m.interaction_sd:.2f}, {m.problems} problems (accuracy mean "
         f"{100 * m.q.mean():.1f}, sd {100 * m.q.std():.1f}), Mean@{m.samples}",
         "",
-        f"{'seeds':>5s}  {'false separations':22s}  {'old bootstrap':22s}  "
+        f"{'seeds':>5s}  {'false separations':22s}  {'studies with a finding':22s}  "
         f"{'detectable':>10s}  {'power there':22s}  {'power at effect':26s}",
     ]
     for r in cal.rows:
         lines.append(
-            f"{r.seeds:5d}  {_pct(r.false_rate):22s}  {_pct(r.old_rate):22s}  "
+            f"{r.seeds:5d}  {_pct(r.false_rate):22s}  {_pct(r.familywise_rate):22s}  "
             f"{100 * r.mdd:10.2f}  {_pct(r.power_at_mdd):22s}  "
             f"{_pct(r.power_at_effect)} at {100 * r.effect:+.2f}")
-    studies = cal.rows[0].studies if cal.rows else 0
-    old = cal.rows[0].old_studies if cal.rows else 0
-    lines += ["", f"false separations: share of {studies} null studies (no effect) whose 95% "
-              "interval excludes 0, with its 95% binomial interval; expected 5%. old bootstrap: "
-              f"the same for the bootstrap over (problem, seed) pairs ({old} studies). "
-              "detectable: the planner's smallest Δ at 95% / 80% power for this design "
-              "(points); power there: expected 80%."]
+    studies = cal.rows[0].null.studies if cal.rows else 0
+    lines += ["", f"false separations: share of the {studies} x {cal.family} null comparisons "
+              "(no effect) whose 95% interval excludes 0, with its 95% Wilson interval; "
+              "expected 5%. studies with a finding: share of null studies where Holm lets "
+              "any comparison through; at most 5%. detectable: the planner's smallest Δ at "
+              "95% / 80% power for this design (points); power there: expected 80%.",
+              "calibrated: no false-separation interval lies wholly above 5%" if cal.calibrated
+              else "NOT CALIBRATED: a false-separation interval lies wholly above 5% (exit 1)"]
     return "\n".join(lines)
 
 
 def sweep_model(sweep_dir: str, scorer: str, benchmark: str, baseline: str) -> Model:
     """The model fitted to a finished sweep (see module doc)."""
-    col = collect(sweep_dir)
-    if col.eval.empty:
+    eval_df, scores, _ = read_sweep_or_published(sweep_dir)
+    if eval_df.empty:
         raise ValueError(f"--sweep-dir {sweep_dir}: no evaluations yet")
-    per_run = per_run_last_best(col.eval, scorer)
+    per_run = per_run_last_best(eval_df, scorer)
     per_run = per_run[per_run["benchmark"] == benchmark]
     if per_run.empty:
         raise ValueError(f"--benchmark {benchmark!r}: not evaluated in {sweep_dir}; it has "
-                         f"{sorted(col.eval['benchmark'].unique())}")
-    scores = Scores.from_runs(col.runs)
+                         f"{sorted(eval_df['benchmark'].unique())}")
     rows = power.power_rows(per_run, scores, scorer, baseline)
     rows = [r for r in rows if r.design.seeds >= 2 and r.varies]
     if not rows:
@@ -240,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis calibrate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep-dir", default=None,
-                   help="fit the model to this sweep (results/<sweep>) instead of the sds below")
+                   help="fit the model to this sweep (results/<sweep>) or snapshot "
+                   "(docs/runs/<name>) instead of the sds below")
     p.add_argument("--benchmark", default="toy", help="with --sweep-dir: the benchmark to fit")
     p.add_argument("--scorer", default=VERDICT_SCORER, help="with --sweep-dir: the scorer to fit")
     p.add_argument("--baseline", default=BASELINE_METHOD,
@@ -254,9 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=4, help="n of Mean@n")
     p.add_argument("--seeds", type=int, nargs="+", default=[3, 5])
     p.add_argument("--effect", type=float, default=20.0, help="a real effect (points)")
-    p.add_argument("--studies", type=int, default=2000)
-    p.add_argument("--old-studies", type=int, default=300,
-                   help="studies for the old bootstrap (slow)")
+    p.add_argument("--family", type=int, default=3,
+                   help="K: methods compared with the baseline in each simulated sweep")
+    p.add_argument("--studies", type=int, default=1000, help="simulated sweeps per row")
     p.add_argument("--seed", type=int, default=0, help="the simulation's numpy seed")
     args = p.parse_args(argv)
     try:
@@ -269,9 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                                 args.seed)
             model = Model(q, args.run_sd / 100, args.interaction_sd / 100, args.samples)
         cal = calibrate(model, tuple(args.seeds), args.studies, args.effect / 100,
-                        args.old_studies, seed=args.seed)
+                        args.family, seed=args.seed)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render(cal))
-    return 0
+    return 0 if cal.calibrated else 1

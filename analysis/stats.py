@@ -21,9 +21,10 @@ the seed as the unit of replication (docs/statistics.md says why and what it cos
 - *K contrasts at once:* `holm` adjusts their p values (Holm's step-down, family-wise).
 
 `problem_bootstrap` is the interval the harness used before: it resamples (problem, seed)
-pairs as if independent, which ignores run-to-run variance and separates 20-45% of null
-contrasts once runs differ by a few points. It is kept only so `analysis.calibrate` can show
-that side by side; no table or verdict uses it.
+pairs as if independent, which ignores run-to-run variance and separates 37-46% of null
+comparisons once runs differ by 4 points (`python -m analysis calibrate` with it put back).
+It is kept only so tests/analysis/test_calibrate.py can put it back into `analysis.delta` and
+see calibrate fail; no table or verdict uses it.
 
 Values are fractions (0.25, not 25); rendering to percent is the tables' job.
 """
