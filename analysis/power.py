@@ -45,11 +45,10 @@ import pandas as pd
 from scipy import stats as _scipy_stats
 from scipy.optimize import brentq
 
-from analysis.collect import collect
 from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, Scores
+from analysis.snapshot import read_sweep_or_published
 from analysis.stats import LEVEL
 from analysis.tables import per_run_last_best
-from common.layout import SweepDir
 
 POWER = 0.8
 CAPS = {"seeds": 1000, "samples": 4096, "problems": 100_000}  # search limits of --delta
@@ -140,6 +139,44 @@ def estimate(method: np.ndarray, base: np.ndarray, n: int) -> Components:
                       max(0.0, ms_res - within / n), within)
 
 
+def sd_interval(sd: float, seeds: int, level: float = LEVEL) -> tuple[float, float]:
+    """The `level` interval of the true sd of Δ_s from its estimate on seeds - 1 degrees of
+    freedom (chi-square: (S - 1) sd^2 / sigma^2 ~ chi2(S - 1) under normality)."""
+    df = seeds - 1
+    if df < 1 or math.isnan(sd):
+        return math.nan, math.nan
+    hi_q, lo_q = _scipy_stats.chi2.ppf([0.5 + level / 2, 0.5 - level / 2], df)
+    return sd * math.sqrt(df / hi_q), sd * math.sqrt(df / lo_q)
+
+
+def mdd_interval(c: Components, d: Design, level: float = LEVEL) -> tuple[float, float]:
+    """The detectable Δ's own interval: the MDD at each end of `sd_interval` (it scales with
+    the sd). With 3 seeds the upper end is about 4.4 times the point figure."""
+    lo, hi = sd_interval(delta_sd(c, d), d.seeds, level)
+    return t_mdd(lo, d.seeds, level), t_mdd(hi, d.seeds, level)
+
+
+_BINS = 400  # equal-probability bins of the sd's sampling distribution (expected_power)
+
+
+def expected_power(delta: float, sd: float, seeds: int, level: float = LEVEL) -> float:
+    """The power at `delta` averaged over what the true sd may be, given `sd` estimated on
+    seeds - 1 df (sigma^2 = (S - 1) sd^2 / chi2(S - 1)): what a design sized on the point
+    figure really gets. Below the nominal 80% at the point MDD, most with few seeds."""
+    df = seeds - 1
+    if df < 1 or math.isnan(sd) or sd == 0:
+        return math.nan
+    chi = _scipy_stats.chi2.ppf((np.arange(_BINS) + 0.5) / _BINS, df)
+    return float(np.mean([t_power(delta, sd * math.sqrt(df / q), seeds, level) for q in chi]))
+
+
+def trade(c: Components, d: Design) -> dict[str, float]:
+    """The MDD after one more seed (a training run and its evaluation) and after twice the
+    samples per problem (evaluation only), beside today's: which buys power faster."""
+    return {"now": mdd(c, d), "one more seed": mdd(c, _with(d, "seeds", d.seeds + 1)),
+            "twice the samples": mdd(c, _with(d, "samples", 2 * d.samples))}
+
+
 def needed(c: Components, d: Design, delta: float) -> dict[str, int | None]:
     """For each of seeds, samples, problems (the others held at `d`): the smallest value
     whose MDD is <= delta; None when no value up to CAPS reaches it (for problems and
@@ -182,6 +219,18 @@ class PowerRow:
     @property
     def mdd(self) -> float:
         return mdd(self.components, self.design) if self.varies else math.nan
+
+    @property
+    def mdd_interval(self) -> tuple[float, float]:
+        """The MDD's 95% interval from the sd's chi-square interval on S - 1 df."""
+        return mdd_interval(self.components, self.design) if self.varies else (math.nan,) * 2
+
+    @property
+    def power_at_mdd(self) -> float:
+        """The power the point MDD really gives, over the sd's uncertainty."""
+        if not self.varies:
+            return math.nan
+        return expected_power(self.mdd, delta_sd(self.components, self.design), self.design.seeds)
 
     @property
     def floor(self) -> float:
@@ -235,31 +284,37 @@ def power_rows(per_run: pd.DataFrame, scores: Scores, scorer: str,
 
 def sweep_power(sweep_dir: str | Path, scorer: str = VERDICT_SCORER,
                 baseline: str = BASELINE_METHOD) -> list[PowerRow]:
-    """`power_rows` of a finished sweep directory."""
-    col = collect(sweep_dir)
-    if col.eval.empty or scorer not in set(col.eval["scorer"]):
+    """`power_rows` of a finished sweep directory, or of a snapshot (docs/runs/<name>)."""
+    eval_df, scores, _ = read_sweep_or_published(sweep_dir)
+    if eval_df.empty or scorer not in set(eval_df["scorer"]):
         raise ValueError(f"--scorer {scorer!r}: no evaluations of it under {sweep_dir}")
-    return power_rows(per_run_last_best(col.eval, scorer), Scores.from_runs(col.runs), scorer,
-                      baseline)
+    return power_rows(per_run_last_best(eval_df, scorer), scores, scorer, baseline)
 
 
 @dataclass(frozen=True)
 class Detectable:
     """The verdict's sentence for one benchmark: the smallest and largest MDD over its
-    methods, or NaN with why there is none ("one seed" or "no variation")."""
+    methods, or NaN with why there is none ("one seed" or "no variation"); `upper`: the
+    largest 95% upper end of those MDDs, `df`: the fewest degrees of freedom (S - 1) their
+    variances rest on."""
 
     low: float
     high: float
     why: str = ""
+    upper: float = math.nan
+    df: int = 0
 
 
 def detectable_by_benchmark(rows: list[PowerRow]) -> dict[str, Detectable]:
     """benchmark -> its Detectable over the methods compared with the baseline."""
     out: dict[str, Detectable] = {}
     for bench in sorted({r.benchmark for r in rows}):
-        mdds = [r.mdd for r in rows if r.benchmark == bench and not math.isnan(r.mdd)]
+        fitted = [r for r in rows if r.benchmark == bench and not math.isnan(r.mdd)]
+        mdds = [r.mdd for r in fitted]
         if mdds:
-            out[bench] = Detectable(min(mdds), max(mdds))
+            out[bench] = Detectable(min(mdds), max(mdds), upper=max(r.mdd_interval[1]
+                                                                    for r in fitted),
+                                    df=min(r.design.seeds for r in fitted) - 1)
         elif all(r.design.seeds < 2 for r in rows if r.benchmark == bench):
             out[bench] = Detectable(math.nan, math.nan, "one seed")
         else:
@@ -275,27 +330,45 @@ def _pts(x: float, width: int) -> str:
 
 
 def advice(r: PowerRow) -> list[str]:
-    """The planner's sentences for one row: one seed, a dominant run-to-run component."""
+    """The planner's sentences for one row: one seed; how uncertain the MDD is and the power
+    it really gives; what buys power faster; a dominant run-to-run component."""
     d = r.design
     if d.seeds == 1:
         return ["one seed: the run-to-run component cannot be estimated (taken as 0) and the "
                 "report gives no interval; run at least 3 seeds"]
-    if r.varies and r.run_share >= RUN_DOMINATES:
-        return [f"run-to-run variance is {100 * r.run_share:.0f}% of a seed's Δ variance: more "
-                f"problems or samples cannot help much; with {d.seeds} seeds no benchmark, "
-                f"however large, detects less than {100 * r.floor:.2f} points: add seeds"]
-    return []
+    if not r.varies:
+        return []
+    lo, hi = r.mdd_interval
+    sd_hi = sd_interval(delta_sd(r.components, d), d.seeds)[1]
+    seeds_hi = next((str(s) for s in range(2, CAPS["seeds"] + 1) if t_mdd(sd_hi, s) <= r.mdd),
+                    f"> {CAPS['seeds']}")
+    said = [f"the MDD is an estimate: its sd rests on {d.seeds - 1} df, so the true MDD lies "
+            f"in [{100 * lo:.2f}, {100 * hi:.2f}] (95%); over that uncertainty the point "
+            f"figure gives {100 * r.power_at_mdd:.0f}% power, not 80%; if the sd is at its "
+            f"upper end, 80% power at the point figure needs {seeds_hi} seeds"]
+    t = trade(r.components, d)
+    faster = min(("one more seed", "twice the samples"), key=t.__getitem__)
+    said.append(f"one more seed: MDD {100 * t['one more seed']:.2f}; twice the samples per "
+                f"problem: {100 * t['twice the samples']:.2f} (now {100 * t['now']:.2f}): "
+                f"{faster} buys more")
+    if r.run_share >= RUN_DOMINATES:
+        said.append(f"run-to-run variance is {100 * r.run_share:.0f}% of a seed's Δ variance: "
+                    f"more problems or samples cannot help much; with {d.seeds} seeds no "
+                    f"benchmark, however large, detects less than {100 * r.floor:.2f} points: "
+                    "add seeds")
+    return said
 
 
 def render(rows: list[PowerRow], delta: float | None) -> str:
     """Plain-text table in points (what the CLI prints)."""
     head = (f"{'benchmark':10s} {'method':28s} {'S':>3s} {'P':>5s} {'n':>4s} {'sd_run':>7s} "
             f"{'sd_prob':>8s} {'sd_inter':>8s} {'sd_within':>9s} {'sd_Δs':>6s} {'MDD':>6s} "
-            f"{'run%':>5s} {'floor':>6s}")
+            f"{'MDD 95%':>15s} {'run%':>5s} {'floor':>6s}")
     lines = ["Minimum detectable difference of Δ vs the baseline at Last (the report's paired t "
              "over seeds, 95%, 80% power; points; sd_* = square roots of the variance "
-             "components, within per sample; sd_Δs = sd of one seed's Δ; run% = the run-to-run "
-             "share of its variance; floor = the MDD of these seeds with unlimited problems)",
+             "components, within per sample; sd_Δs = sd of one seed's Δ; MDD 95% = the MDD's "
+             "own interval, its sd estimated on S - 1 df; run% = the run-to-run share of its "
+             "variance; floor = the MDD of these seeds with unlimited problems)",
              head]
     for r in rows:
         c, d = r.components, r.design
@@ -304,6 +377,7 @@ def render(rows: list[PowerRow], delta: float | None) -> str:
             f"{_pts(math.sqrt(c.seed), 7)} {_pts(math.sqrt(c.problem), 8)} "
             f"{_pts(math.sqrt(c.interaction), 8)} {_pts(math.sqrt(c.within), 9)} "
             f"{_pts(delta_sd(c, d), 6)} {_pts(r.mdd, 6)} "
+            f"{'[' + _pts(r.mdd_interval[0], 0) + ', ' + _pts(r.mdd_interval[1], 0) + ']':>15s} "
             f"{'n/a' if math.isnan(r.run_share) else f'{100 * r.run_share:.0f}':>5s} "
             f"{_pts(r.floor, 6)}")
         lines += [f"{'':10s} {line}" for line in advice(r)]
@@ -320,24 +394,22 @@ def render(rows: list[PowerRow], delta: float | None) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis power", description=__doc__.split(
         "\n")[0])
-    p.add_argument("--sweep-dir", required=True, help="results/<sweep> (holds runs/)")
+    p.add_argument("--sweep-dir", required=True,
+                   help="results/<sweep> (holds runs/), or a snapshot docs/runs/<name>")
     p.add_argument("--delta", type=float, default=None,
                    help="target difference in points: the seeds/samples/problems it needs")
     p.add_argument("--scorer", default=VERDICT_SCORER, help="scorer whose records are read")
     p.add_argument("--baseline", default=BASELINE_METHOD, help="label every method is paired with")
     args = p.parse_args(argv)
-    if not SweepDir(args.sweep_dir).runs.is_dir():
-        print(f"error: --sweep-dir {args.sweep_dir}: no runs/ folder inside (expected "
-              "results/<sweep>)", file=sys.stderr)
-        return 2
     if args.delta is not None and not args.delta > 0:
         print(f"error: --delta {args.delta}: must be a positive number of points",
               file=sys.stderr)
         return 2
     try:
         rows = sweep_power(args.sweep_dir, args.scorer, args.baseline)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: --sweep-dir {exc}" if isinstance(exc, FileNotFoundError)
+              else f"error: {exc}", file=sys.stderr)
         return 2
     print(render(rows, args.delta))
     return 0

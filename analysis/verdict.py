@@ -159,7 +159,9 @@ def detectable_sentence(bench: str, span: Detectable, meta) -> str:
     size = meta.format(lo) if math.isclose(lo, hi) else f"{meta.format(lo)}-{meta.format(hi)}"
     return (f"The smallest difference this design detects on {benchmark_display(bench)} "
             f"(paired t over seeds at 95%, 80% power, unadjusted; `python -m analysis power`) "
-            f"is {size}.")
+            f"is {size}, an estimate from a variance on {span.df} df: the true size may be up "
+            f"to {meta.format(span.upper)} (95% upper end), and the point figure gives less "
+            "than 80% power.")
 
 
 def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None,

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from analysis.__main__ import main as analysis_main
 from analysis.power import (
@@ -18,11 +19,15 @@ from analysis.power import (
     advice,
     delta_sd,
     estimate,
+    expected_power,
     floor,
     mdd,
+    mdd_interval,
     needed,
+    sd_interval,
     t_mdd,
     t_power,
+    trade,
 )
 from analysis.stats import seed_delta
 
@@ -92,9 +97,10 @@ def test_more_problems_cannot_beat_the_run_to_run_floor():
     need = needed(comps, design, lowest * 0.9)  # below the floor: only seeds help
     assert need["problems"] is None and need["samples"] is None and need["seeds"] > 3
     row = PowerRow("toy", "M", design, comps)
-    (said,) = advice(row)
+    said = advice(row)[-1]
     assert "more problems or samples cannot help" in said and f"{100 * lowest:.2f}" in said
-    assert advice(PowerRow("toy", "M", design, Components(0, 0, 0.01, 0.4))) == []
+    small_run = " ".join(advice(PowerRow("toy", "M", design, Components(0, 0, 0.01, 0.4))))
+    assert "cannot help" not in small_run
     assert "one seed" in advice(PowerRow("toy", "M", Design(1, 121, 4), comps))[0]
 
 
@@ -129,7 +135,7 @@ def test_report_verdict_states_the_detectable_difference(tmp_path):
     assert span.low == span.high and not math.isnan(span.low)  # one method: one MDD
     verdict = md.split("\n\n")[1]
     assert "smallest difference this design detects on Toy" in verdict
-    assert f"is {100 * span.low:.2f}." in verdict
+    assert f"is {100 * span.low:.2f}, an estimate from a variance on 2 df" in verdict
 
 
 def test_one_paired_seed_gives_no_detectable_difference_and_says_why(sweep, tmp_path):
@@ -162,3 +168,58 @@ def test_records_without_any_variation_give_no_detectable_difference(tmp_path):
     assert math.isnan(span.low) and span.why == "no variation"
     assert "every sample scored the same on both sides" in detectable_sentence(
         "toy", span, metric_meta("mean"))
+
+
+def test_the_detectable_size_has_its_own_chi_square_interval():
+    # (S - 1) sd^2 / sigma^2 ~ chi2(S - 1): with 3 seeds sigma lies in [0.52, 6.28] x sd
+    lo, hi = sd_interval(1.0, 3)
+    assert (lo, hi) == (pytest.approx((2 / stats.chi2.ppf(0.975, 2)) ** 0.5),
+                        pytest.approx((2 / stats.chi2.ppf(0.025, 2)) ** 0.5))
+    c, d = Components(0.03 ** 2, 0.0, 0.05 ** 2, 0.4), Design(3, 121, 4)
+    point = mdd(c, d)
+    low, high = mdd_interval(c, d)
+    assert low < point < high and high == pytest.approx(point * hi, rel=1e-9)
+    assert math.isnan(sd_interval(1.0, 1)[0])
+
+
+def test_the_point_mdd_gives_less_than_80_percent_power_with_few_seeds():
+    # a design sized on an sd estimated from S runs: simulate the estimate (sigma = 1) and
+    # average the true power at the MDD it implies; the planner's figure must match that
+    rng = np.random.default_rng(0)
+    for seeds in (3, 5):
+        sd_hat = rng.normal(size=(20000, seeds)).std(axis=1, ddof=1)
+        df, crit = seeds - 1, stats.t.ppf(0.975, seeds - 1)
+        ncp = sd_hat * t_mdd(1.0, seeds) * seeds ** 0.5  # t_mdd scales with the sd
+        wrong_side = np.nan_to_num(stats.nct.cdf(-crit, df, ncp))  # NaN deep in the tail
+        simulated = float(np.mean(stats.nct.sf(crit, df, ncp) + wrong_side))
+        assert expected_power(t_mdd(1.0, seeds), 1.0, seeds) == pytest.approx(simulated,
+                                                                             abs=0.01)
+        assert simulated < 0.78  # not the 80% a point figure promises
+    # it approaches the nominal 80% as the sd's estimate firms up
+    by_seeds = [expected_power(t_mdd(1.0, s), 1.0, s) for s in (3, 5, 20, 60)]
+    assert by_seeds == sorted(by_seeds) and 0.78 < by_seeds[-1] < 0.8
+
+
+def test_the_planner_prints_the_interval_the_power_and_the_trade():
+    c, d = Components(0.01 ** 2, 0.0, 0.0, 0.4), Design(10, 20, 2)
+    row = PowerRow("toy", "M", d, c)
+    said = " ".join(advice(row))
+    lo, hi = row.mdd_interval
+    assert f"true MDD lies in [{100 * lo:.2f}, {100 * hi:.2f}] (95%)" in said
+    assert f"gives {100 * row.power_at_mdd:.0f}% power, not 80%" in said
+    t = trade(c, d)
+    assert t["one more seed"] < t["now"] and t["twice the samples"] < t["now"]
+    assert f"one more seed: MDD {100 * t['one more seed']:.2f}" in said
+    # little run-to-run variance and a large within-sample one: samples buy more here
+    assert t["twice the samples"] < t["one more seed"] and "twice the samples buys more" in said
+
+
+def test_the_planner_reads_a_snapshot(capsys):
+    from pathlib import Path
+
+    snap = Path(__file__).resolve().parents[2] / "docs" / "runs" / "default-host"
+    assert analysis_main(["power", "--sweep-dir", str(snap)]) == 0
+    out = capsys.readouterr().out
+    assert "toy" in out and "MDD 95%" in out and "buys more" in out
+    assert analysis_main(["power", "--sweep-dir", str(snap.parent)]) == 2
+    assert "neither a sweep" in capsys.readouterr().err

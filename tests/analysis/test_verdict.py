@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 from analysis_fixtures import per_problem, summary, write_run
+from scipy.stats import chi2
 
 from analysis.power import detectable_by_benchmark, sweep_power
 from analysis.report import build_report, check_options
@@ -58,11 +59,16 @@ def _interval(method, base, p_holm: float | None = None) -> str:
 
 def _detectable(root) -> str:
     """The expected detectable-difference sentence, from analysis.power's MDD per method."""
-    span = detectable_by_benchmark(sweep_power(root))["toy"]
+    rows = sweep_power(root)
+    span = detectable_by_benchmark(rows)["toy"]
     lo, hi = span.low, span.high
     size = f"{100 * lo:.2f}" if round(lo, 6) == round(hi, 6) else f"{100 * lo:.2f}-{100 * hi:.2f}"
+    # the MDD scales with the sd; its upper end is the sd's chi-square upper end on 2 df
+    upper = max(r.mdd for r in rows) * (2 / chi2.ppf(0.025, 2)) ** 0.5
     return (" The smallest difference this design detects on Toy (paired t over seeds at 95%, "
-            f"80% power, unadjusted; `python -m analysis power`) is {size}.")
+            f"80% power, unadjusted; `python -m analysis power`) is {size}, an estimate from a "
+            f"variance on 2 df: the true size may be up to {100 * upper:.2f} (95% upper end), "
+            "and the point figure gives less than 80% power.")
 
 
 def test_a_clear_winner_and_a_clear_loser(tmp_path):
