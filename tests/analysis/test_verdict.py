@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import warnings
 
+import pandas as pd
 import pytest
 from analysis_fixtures import per_problem, summary, write_run
 from scipy.stats import chi2
@@ -105,6 +106,24 @@ def test_constant_differences_are_not_tested(tmp_path):
     table = (root / "out" / "tables" / "last_best_dapo.md").read_text()
     assert "+25.00 (constant over 3 seeds)" in table and "0.00 (nothing to test)" in table
     assert "[+25.00, +25.00]" not in table
+
+
+def test_a_negative_kl_estimate_keeps_an_ordered_interval(tmp_path):
+    # k1 estimates of KL(pi_ckpt || pi_init) below 0 (sampling noise near the initial model):
+    # the interval clipped at 0 stays ordered, [0.000, 0.000], and the mean outside it is
+    # marked, never low 0 and high -0.003 as before
+    for seed, kl in enumerate((-0.02, -0.01, -0.015)):
+        write_run(tmp_path / "runs", f"dapo_s{seed}", "DAPO", seed, {},
+                  evals={"toy": {5: 0.25}}, kls={"toy": {5: kl}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_report(check_options(tmp_path, tmp_path / "out"))
+    tidy = pd.read_csv(tmp_path / "out" / "tables" / "last_best_dapo.csv")
+    last = tidy[tidy["stat"] == "last"].iloc[0]
+    assert last.kl == pytest.approx(-0.015) and last.kl_ci95_low <= last.kl_ci95_high
+    table = (tmp_path / "out" / "tables" / "last_best_dapo.md").read_text()
+    assert "-0.015 ± 0.003 [0.000, 0.000]†" in table
+    assert "†: the k1 mean is below 0" in table
 
 
 def test_a_separation_that_does_not_survive_holm_is_unadjusted_only(tmp_path):
