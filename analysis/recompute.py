@@ -136,7 +136,7 @@ def recompute(folder: str | Path) -> list[tuple[str, int, list[str]]]:
             out.append((path.name, _count(published),
                         compare(published, rows, ["contrast", "label", "partner"])))
     if report:
-        out.append(("report.md", *_report_blocks(report, published_text, initial)))
+        out.append((snap.report.name, *_report_blocks(report, published_text, initial)))
     return out
 
 
@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for name, count, diffs in results:
             status = "all equal" if not diffs else f"{len(diffs)} differ"
-            if name == "report.md":
-                what = f"{folder}/report.md: {count} computed blocks of text"
+            if name == SweepDir(folder).report.name:
+                what = f"{SweepDir(folder).report}: {count} computed blocks of text"
             elif name.endswith((".md", ".tex")):
                 what = f"{folder}/tables/{name}: its rendering"
             else:
