@@ -1,6 +1,7 @@
 """The RPG study's algorithms in pure torch: KL estimators, surrogate losses, clipping,
 advantages and the named methods. No model, no I/O; `python -m algorithms.audit` checks
-every surrogate's gradient against the exact one."""
+every surrogate's gradient against the exact one, `python -m algorithms.certify` which
+gradient a KL setting (raw, or a peer framework's options: algorithms/peers.py) computes."""
 
 from .advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from .config import ClipConfig, LossConfig

@@ -25,7 +25,7 @@ Estimator = ESTIMATORS.Name
 Aggregation = AGGREGATIONS.Name
 Form = Literal["differentiable", "reinforce"]
 Placement = Literal["exact", "loss", "reward", "none"]
-ImportanceWeight = Literal["none", "detached", "differentiable"]
+ImportanceWeight = Literal["none", "detached", "differentiable", "score"]
 RatioLevel = Literal["token", "sequence", "sequence_normalized"]
 
 PAPER_DUAL_C = 10.0  # the released recipe's clip_ratio_c=10.0 (every script); the paper gives none
@@ -71,10 +71,12 @@ class LossConfig(BaseModel):
         KL, not Jensen-Shannon despite the name). Must be None for penalty objectives.
     form: "differentiable" (paper Table 1) or "reinforce" (stop-gradient, Table 2 / App. F).
         Defaults per objective (rpg/ppo: differentiable, reinforce: reinforce).
-    estimator: k1/k2/k3 (Schulman 2020) for a penalty placed in the loss or the reward.
+    estimator: k1/k2/k3 (Schulman 2020), abs, low_var_kl (verl's clamped k3) or a "+"
+        straight-through variant (algorithms/kl.py) for a penalty in the loss or the reward.
     kl_placement: "exact" (rpg only), "loss", "reward" or "none".
     kl_importance_weight: weight on a loss-placed penalty: "none" (GRPO), "detached" or
-        "differentiable" (the paper's Sec. 2.2 correction of GRPO).
+        "differentiable" (the paper's Sec. 2.2 correction of GRPO), or "score":
+        exp(logp - SG(logp)), value 1 with the ratio's gradient at pi (NeMo-RL's default).
     ratio_level: "token" (practical), "sequence" (product of token ratios, the exact
         estimator; rpg only) or "sequence_normalized" (GSPO: the length-normalised, i.e.
         geometric-mean, product of token ratios, clipped per sequence; ppo only).

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import torch
 
 from .clipping import ClipRegions, clip_regions, clipped_pg_term
-from .config import AGGREGATIONS, DIVERGENCES, LossConfig
+from .config import AGGREGATIONS, DIVERGENCES, ESTIMATORS, LossConfig
 from .correction import CorrectionConfig, correct
 from .kl import kl, kl_estimate, ukl
 from .objectives import get_objective, invalid, register_objective
@@ -192,6 +192,10 @@ def _penalty(cfg, logp, logw, logq) -> torch.Tensor:
         k = logw.exp().detach() * k
     elif cfg.kl_importance_weight == "differentiable":
         k = logw.exp() * k
+    elif cfg.kl_importance_weight == "score":
+        # value 1, gradient grad log pi: the score-function term of a KL whose samples are
+        # taken as pi's (on-policy it equals "differentiable"; off-policy it is not corrected)
+        k = (logw - logw.detach()).exp() * k
     return cfg.beta * k
 
 
@@ -211,7 +215,7 @@ def _check_penalty(cfg: LossConfig) -> None:
     else:
         if cfg.estimator is None:
             raise invalid(cfg, "estimator", None, f"kl_placement={cfg.kl_placement!r} needs "
-                          "one of 'k1', 'k2', 'k3'")
+                          f"one of {', '.join(map(repr, ESTIMATORS))}")
         if cfg.beta <= 0:
             raise invalid(cfg, "beta", cfg.beta, "a KL penalty needs beta > 0")
     if cfg.kl_placement != "loss" and cfg.kl_importance_weight != "none":

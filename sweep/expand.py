@@ -93,10 +93,13 @@ def _axis_token(axis: str, value) -> str:
         return {"differentiable": "diff", "reinforce": "rf"}[value]
     if axis == "ratio_level":
         return {"token": "tok", "sequence": "seq"}[value]
+    if axis == "estimator":  # "k3+": a run id is matched as a regex (workflow wildcards)
+        return value.replace("+", "plus")
     if axis == "kl_placement":
         return f"in{value}"
     if axis == "kl_importance_weight":
-        return {"none": "iwnone", "detached": "iwsg", "differentiable": "iwdiff"}[value]
+        return {"none": "iwnone", "detached": "iwsg", "differentiable": "iwdiff",
+                "score": "iwscore"}[value]
     if axis == "clip":
         if value is None:
             return "noclip"

@@ -252,6 +252,39 @@ def gen_audit_corrections() -> str:
                           "l" * len(table.columns))
 
 
+def gen_kl_certificate_peers() -> str:
+    """Every registered peer setting's certificate (`python -m algorithms.certify`)."""
+    import torch
+
+    from algorithms.certify import REGIMES, describe, table_row
+    from algorithms.peers import PEERS
+
+    torch.set_num_threads(1)
+    header = ["framework", "setting", "KL terms", *REGIMES]
+    rows = []
+    for peer in PEERS.values():
+        for label, options in peer.rows:
+            setting = peer.resolve(options)
+            rows.append([peer.name, label, describe(setting), *table_row(setting)])
+    text = markdown_table(header, rows)
+    text += "\nTo get the reverse-KL gradient:\n\n"
+    for peer in PEERS.values():
+        text += (f"- **{peer.name}** ({peer.version}, commit `{peer.commit[:10]}`, read from "
+                 f"{', '.join(f'`{s}`' for s in peer.sources)}): {peer.advice}\n")
+    return text
+
+
+def gen_kl_certificate_ingredients() -> str:
+    """The certificate of every registered estimator x placement x weight."""
+    import torch
+
+    from algorithms.certify import REGIMES, describe, ingredient_settings, table_row
+
+    torch.set_num_threads(1)
+    rows = [[describe(s), *table_row(s)] for s in ingredient_settings()]
+    return markdown_table(["KL term", *REGIMES], rows)
+
+
 def gen_metrics() -> str:
     from common import metrics as registry
 
@@ -428,6 +461,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "audit": gen_audit,
     "audit-corrections": gen_audit_corrections,
     "metrics": gen_metrics,
+    "kl-certificate-peers": gen_kl_certificate_peers,
+    "kl-certificate-ingredients": gen_kl_certificate_ingredients,
     "sizing": gen_sizing,
 }
 

@@ -36,6 +36,14 @@ def test_axis_not_applicable_is_collapsed_with_a_note():
     assert any("RPG-URKL: axis 'estimator' does not apply" in n for n in notes)
 
 
+def test_peer_estimators_and_weights_spell_plain_run_ids():
+    """verl's "+" estimators and NeMo-RL's score weight (algorithms/kl.py, docs/kl-certificate.md)
+    name a run without regex characters: the workflow matches run ids as a regex."""
+    cells, _ = expand(sweep(methods=["GRPO"], axes={"estimator": ["k3+", "low_var_kl"],
+                                                    "kl_importance_weight": ["score"]}))
+    assert [c.run_id for c in cells] == ["grpo_k3plus_iwscore_s0", "grpo_low_var_kl_iwscore_s0"]
+
+
 def test_divergence_and_form_axes_rename_rpg_cells_and_merge_duplicates():
     cells, notes = expand(sweep(methods=["RPG-URKL", "RPG-FKL"],
                                 axes={"divergence": ["fkl", "urkl"], "form": ["reinforce"]}))

@@ -51,6 +51,7 @@ SHIPPED = dict([
     overlay("baselines", 15),
     overlay("frontier", 48),
     overlay("divergence-js", 9),
+    overlay("peer-kl", 21),
     overlay("entropy", 12),
     overlay("mask-truncated", 6),
     overlay("schedule-free", 6),
