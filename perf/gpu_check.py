@@ -6,9 +6,15 @@
 
 It prints its plan first (each unit with its estimated seconds, and which ones the budget,
 540 s by default, leaves out), then each row as it finishes, appended to `--out` (one JSON
-line each) at once: a run cut off at any point keeps every row so far. A unit that fails
-is a FAILED row with the error's tail (a subprocess's stderr included), never the end of
-the run; a variant that runs out of GPU memory is a "does not fit" row.
+line each) at once: a run cut off at any point keeps every row so far, and a second call
+with the same `--out` (e.g. `--stages b`) adds its header and rows after the first call's.
+A unit that fails is a FAILED row with the error's tail (a subprocess's stderr included),
+never the end of the run; a variant that runs out of GPU memory is a "does not fit" row.
+Each unit has a timeout from the budget (`unit_timeout`): one that hangs is stopped there
+and is a TIMED OUT row; one stuck where a signal cannot reach it (inside a C call) is
+recorded as such at the timeout plus a grace period, and the check then exits. Its
+temporary folder (stage b's model) is removed on every exit, TERM and INT included; one
+left by a KILL is removed by the next call.
 
 Stages (each a row group of the table):
   a  the default sweep's DAPO cell (seed 0) end to end on the device: `python -m trainer`
@@ -47,10 +53,13 @@ import datetime
 import gc
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -73,6 +82,9 @@ STAGE_ORDER = "dcab"  # by value per second: the head's error, the update's vari
 # margin for an H100's slower memory and each unit's start-up, compiles 28 layers for the
 # compiled rows: a budget guard, not a measurement.
 ESTIMATE_S = {"a": (120, 90), "b": (75, 25), "c": (20, 8), "c compiled": (75, 60), "d": (20, 6)}
+UNIT_MARGIN = 3.0  # a unit's timeout: this many times its estimate, within the budget left
+HARD_GRACE_S = 30.0  # past its timeout, a unit a signal cannot stop ends the check
+TMP_PREFIX = "gpu_check_"
 SMALL_GPU_GIB = 100  # below it, stage c's rows without checkpointing halve their micro-batch
 # Qwen3 widths (published config.json values); --tiny shrinks them to seconds on a CPU.
 QWEN3 = {
@@ -85,8 +97,6 @@ QWEN3 = {
 }
 VOCAB = 151_936
 TINY_MODEL = REPO / "data" / "tiny-model"  # the shipped warm-started tiny Llama + tokenizer
-
-
 
 
 # ---------------------------------------------------------------------------- set-up
@@ -159,15 +169,32 @@ def dapo_rows(vocab: int, budget: int, max_response: int, seed: int):
         total += p + r
 
 
+def attention_flops(cfg, lengths: list[int]) -> float:
+    """Causal attention's forward FLOPs over each row's own context: QK^T and AV, 4 x layers
+    x heads x head dim x the mean context (half the row) per token."""
+    per_token = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+    return sum(n * per_token * n / 2 for n in lengths)
+
+
 def forward_flops(body_params: int, cfg, lengths: list[int], head_tokens: int) -> float:
     """Forward FLOPs the update computes on rows of `lengths` real tokens: 2 x the decoder's
-    parameters (embeddings and head excluded) per token, causal attention over each row's
-    own context (QK^T and AV: 4 x layers x heads x head dim x the mean context, half the
-    row), and the LM head (2 x vocab x hidden) on the `head_tokens` response positions
-    alone: the chunked head scores responses, never prompts."""
-    attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
-    body = sum(n * (2 * body_params + attn * n / 2) for n in lengths)
-    return body + 2 * cfg.vocab_size * cfg.hidden_size * head_tokens
+    parameters (embeddings and head excluded) per token, causal attention
+    (`attention_flops`), and the LM head (2 x vocab x hidden) on the `head_tokens` response
+    positions alone: the chunked head scores responses, never prompts."""
+    weights = 2 * body_params * sum(lengths) + 2 * cfg.vocab_size * cfg.hidden_size * head_tokens
+    return weights + attention_flops(cfg, lengths)
+
+
+def update_flops(body_params: int, cfg, lengths: list[int], head_tokens: int, *,
+                 lora: bool) -> float:
+    """The update's useful FLOPs, forward + backward. Full fine-tuning: 3 forwards (the
+    backward computes input and weight gradients, 2x). Under LoRA the frozen weights get no
+    gradient, so the linear layers and the head cost 2 forwards; attention has no weights
+    and its backward computes dQ, dK and dV either way (2x its forward): 3 (the adapters'
+    own FLOPs, ~rank / hidden of the linears', are not counted)."""
+    attention = attention_flops(cfg, lengths)
+    weights = forward_flops(body_params, cfg, lengths, head_tokens) - attention
+    return (2 if lora else 3) * weights + 3 * attention
 
 
 def body_params(model) -> int:
@@ -191,10 +218,17 @@ def timed(device: Device):
 
 
 def run_cli(args: list[str]) -> None:
-    """A project CLI in a fresh process; a failure raises with the tail of its stderr (the
-    row then says why, instead of a bare CalledProcessError)."""
-    proc = subprocess.run([sys.executable, *args], env={**os.environ, "PYTHONPATH": str(REPO)},
-                          cwd=REPO, capture_output=True, text=True)
+    """A project CLI in a fresh process, killed at the running unit's deadline (a
+    UnitTimeout then); a failure raises with the tail of its stderr (the row then says
+    why, instead of a bare CalledProcessError)."""
+    timeout = None if DEADLINE.at is None else max(1.0, DEADLINE.at - time.monotonic())
+    try:
+        proc = subprocess.run([sys.executable, *args],
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # the child is killed by subprocess.run
+        raise UnitTimeout(f"python {' '.join(args[:2])} killed at the unit's timeout "
+                          f"({timeout:.0f} s)") from exc
     if proc.returncode:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
         raise RuntimeError(f"python {' '.join(args[:2])} exited {proc.returncode}: {tail}")
@@ -384,10 +418,8 @@ def update_variant(device: Device, tiny: bool, name: str, steps: int) -> dict:
         if step >= warmup:
             times.append(t.s)
     seconds = statistics.median(times)
-    # useful work: forward + backward, 3 forwards; LoRA's backward computes no frozen weight
-    # gradients, so 2 (the adapters' own FLOPs are ~rank / hidden of that: not counted)
     response_tokens = int(batch.response_mask.sum())
-    flops = (2 if rank else 3) * forward_flops(n_body, model.config, lengths, response_tokens)
+    flops = update_flops(n_body, model.config, lengths, response_tokens, lora=bool(rank))
     mfu = flops / seconds / (device.peak * 1e12) if device.peak else None
     computed = sum(batch.rows(g).input_ids.numel() for g in groups) if not free else tokens
     row = {"stage": "c", "check": name, "seconds": seconds, "tokens_per_s": tokens / seconds,
@@ -408,6 +440,17 @@ def stage_update(device: Device, tiny: bool, name: str, steps: int) -> list[dict
                                                       f"({device.memory_gib:.0f} GiB): {first}"}]
     finally:
         device.reset_peak()
+        if UPDATE_VARIANTS[name][3]:
+            restore_dynamo_lru()
+
+
+def restore_dynamo_lru() -> None:
+    """Dynamo's cache-entry order back to torch's default (most recently used first) after a
+    compiled row: the trainer turns it off for a process that compiles checkpointed layers
+    (trainer.parallelize: the recompute must find the forward's graph), which is that
+    process's whole life; here the later rows are other configurations."""
+    if hasattr(torch._C._dynamo.eval_frame, "_set_lru_cache"):
+        torch._C._dynamo.eval_frame._set_lru_cache(True)
 
 
 # ---------------------------------------------------------------------------- (d) the LM head
@@ -484,28 +527,122 @@ def header(device: Device) -> str:
 
 class Recorder:
     """Every row printed and appended to `out` (one JSON line, flushed to disk) the moment
-    it exists: a run cut off anywhere keeps what it measured."""
+    it exists: a run cut off anywhere keeps what it measured. An existing `out` keeps its
+    rows: this call's header and rows follow them (a file that is not a gpu_check table is
+    refused before anything runs)."""
 
     def __init__(self, out: Path | None, head: str) -> None:
         self.rows: list[dict] = []
         self.out = out
+        self.lock = threading.Lock()  # rows come from the main thread or the watchdog
         if out is not None:
-            out.write_text(json.dumps({"header": head}) + "\n")
+            if out.is_file() and out.stat().st_size and not is_rows_file(out):
+                raise SystemExit(f"gpu_check: --out {out} exists and is not a gpu_check rows "
+                                 "file (its first line is no header); name another file")
+            self.write({"header": head})
+
+    def write(self, line: dict) -> None:
+        with self.out.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def add(self, row: dict) -> None:
-        self.rows.append(row)
-        print(table_line(row), flush=True)
-        if self.out is not None:
-            with self.out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+        with self.lock:
+            self.rows.append(row)
+            print(table_line(row), flush=True)
+            if self.out is not None:
+                self.write(row)
+
+
+def is_rows_file(path: Path) -> bool:
+    first = path.read_text().split("\n", 1)[0]
+    try:
+        return "header" in json.loads(first)
+    except json.JSONDecodeError:
+        return False
+
+
+def read_calls(path: Path) -> list[tuple[str, list[dict]]]:
+    """[(header, rows)] of every call that wrote to a `--out` file, in order."""
+    calls: list[tuple[str, list[dict]]] = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            if "header" in entry:
+                calls.append((entry["header"], []))
+            else:
+                calls[-1][1].append(entry)
+    return calls
 
 
 def read_rows(path: Path) -> tuple[str, list[dict]]:
-    """(header, rows) of a `--out` file, as far as it was written."""
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return lines[0]["header"], lines[1:]
+    """(the first call's header, every call's rows) of a `--out` file, as far as written."""
+    calls = read_calls(path)
+    return calls[0][0], [row for _, rows in calls for row in rows]
+
+
+# ---------------------------------------------------------------------------- exits
+
+
+class UnitTimeout(BaseException):
+    """A unit passed its timeout. Not an Exception: a unit's own `except Exception` (the
+    trainer's, a library's) must not swallow it."""
+
+
+DEADLINE = SimpleNamespace(at=None)  # the running unit's deadline (time.monotonic), run_cli's
+
+
+def unit_timeout(estimate_s: float, left_s: float, margin: float = UNIT_MARGIN) -> float:
+    """A unit's timeout: `margin` times its estimate, within the budget left."""
+    return max(1.0, min(left_s, margin * estimate_s))
+
+
+@contextmanager
+def alarm(seconds: float, what: str):
+    """Inside: UnitTimeout raised in the main thread after `seconds` (SIGALRM), wherever
+    Python code runs or waits (a subprocess is killed by subprocess.run on the way out)."""
+    def ring(signum, frame):
+        raise UnitTimeout(f"{what} passed its {seconds:.0f} s timeout")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+STOP = SimpleNamespace(signal=None)  # the TERM or HUP received, if any
+
+
+def exit_on_signals() -> None:
+    """TERM and HUP end the check as an exception would (SystemExit), so every `finally`
+    runs: the temporary folder is removed and a stage-a child is killed. (INT already
+    raises KeyboardInterrupt.) The signal is also kept in STOP: an exception raised while
+    a finalizer runs (a gc pass inside a unit) is swallowed by Python, and the check then
+    stops before its next unit instead."""
+    def stop(signum, frame):
+        STOP.signal = signum
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
+def remove_stale_work(tmp: Path) -> list[Path]:
+    """Remove the temporary folders of earlier checks whose process is gone (a KILL leaves
+    them: stage b's model is 2.4 GB at full size); returns them."""
+    from common.generation.vllm import pid_alive  # no vLLM import: the hand-off's helper
+
+    gone = []
+    for folder in tmp.glob(f"{TMP_PREFIX}*"):
+        pid = folder.name.removeprefix(TMP_PREFIX).split("_")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
 
 
 @dataclass
@@ -559,6 +696,61 @@ def failed_row(unit: Unit, exc: BaseException) -> dict:
             "note": f"FAILED: {type(exc).__name__}: {first}"}
 
 
+def timeout_row(unit: Unit, seconds: float, timeout: float, stuck: bool = False) -> dict:
+    why = ("stuck where no signal reaches it; the check stopped here" if stuck else
+           f"stopped at its timeout, min({UNIT_MARGIN:g} x its ~{unit.estimate_s:.0f} s "
+           "estimate, the budget left)")
+    return {"stage": unit.stage, "check": unit.name, "seconds": seconds,
+            "note": f"TIMED OUT after {seconds:.0f} s (timeout {timeout:.0f} s): {why}"}
+
+
+def run_units(units: list[Unit], planned: list[bool], budget_s: float, record: Recorder,
+              device: Device | None = None, margin: float = UNIT_MARGIN,
+              grace_s: float = HARD_GRACE_S, on_stuck: Callable[[], None] = lambda: None
+              ) -> None:
+    """Run the planned units in order, each row recorded as it comes. A unit that would pass
+    the budget by its estimate is a skipped row; one that raises is a FAILED row; one that
+    passes its timeout (`unit_timeout`) is stopped (SIGALRM) and is a TIMED OUT row. One the
+    signal cannot stop (stuck inside a C call) is recorded by a watchdog thread `grace_s`
+    after its timeout, which then calls `on_stuck` (the clean-up) and exits the process."""
+    start = time.monotonic()
+    for u, ok in zip(units, planned):
+        if STOP.signal is not None:  # a TERM whose SystemExit was swallowed (exit_on_signals)
+            raise SystemExit(128 + STOP.signal)
+        elapsed = time.monotonic() - start
+        if not ok or elapsed + u.estimate_s > budget_s:
+            record.add({"stage": u.stage, "check": u.name,
+                        "note": f"skipped: ~{u.estimate_s:.0f} s would pass the "
+                                f"{budget_s:.0f} s budget ({elapsed:.0f} s used)"})
+            continue
+        timeout = unit_timeout(u.estimate_s, budget_s - elapsed, margin)
+        began = time.monotonic()
+        DEADLINE.at = began + timeout
+
+        def stuck(u=u, timeout=timeout, began=began):
+            record.add(timeout_row(u, time.monotonic() - began, timeout, stuck=True))
+            on_stuck()
+            os._exit(1)
+
+        watchdog = threading.Timer(timeout + grace_s, stuck)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with alarm(timeout, u.name):
+                rows = u.run()
+            for row in rows:
+                record.add(row)
+        except UnitTimeout:
+            record.add(timeout_row(u, time.monotonic() - began, timeout))
+        except Exception as exc:  # noqa: BLE001 - a unit's failure is a row, not the end
+            record.add(failed_row(u, exc))
+        finally:
+            watchdog.cancel()
+            DEADLINE.at = None
+            if device is not None:
+                device.reset_peak()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -572,42 +764,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=BUDGET_S,
                    help="seconds the check may take: units whose estimate would not fit are "
                         "skipped (planned up front, re-checked against the clock)")
-    p.add_argument("--out", default=None, help="append the rows here as they finish (JSONL)")
+    p.add_argument("--unit-margin", type=float, default=UNIT_MARGIN,
+                   help="a unit's timeout, in times its estimate (within the budget left; "
+                        f"default {UNIT_MARGIN:g})")
+    p.add_argument("--out", default=None,
+                   help="append the rows here as they finish (JSONL; an existing file keeps "
+                        "its rows, this call's header and rows follow)")
     args = p.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device; --cpu --tiny runs the same code paths on CPU")
     if unknown := set(args.stages) - set("abcd"):
         sys.exit(f"gpu_check: --stages {args.stages!r}: unknown {sorted(unknown)}; use a, b, c, d")
+    exit_on_signals()
     device = Device(args.cpu)
     head = header(device)
     print(head, flush=True)
     record = Recorder(Path(args.out) if args.out else None, head)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        units = plan(device, args, Path(tmp))
+    for folder in remove_stale_work(Path(tempfile.gettempdir())):
+        print(f"removed {folder}, left by a check that was killed", flush=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}_"))
+    try:
+        units = plan(device, args, work)
         planned = fits(units, args.budget_s)
         total = sum(u.estimate_s for u, ok in zip(units, planned) if ok)
-        print(f"plan (budget {args.budget_s:.0f} s, {total:.0f} s estimated):", flush=True)
+        print(f"plan (budget {args.budget_s:.0f} s, {total:.0f} s estimated; each unit "
+              f"stopped at {args.unit_margin:g}x its estimate):", flush=True)
         for u, ok in zip(units, planned):
             print(f"  {u.stage} {u.name}: ~{u.estimate_s:.0f} s{'' if ok else ' (skipped: budget)'}",
                   flush=True)
         print(table_head(), flush=True)
-        for u, ok in zip(units, planned):
-            elapsed = time.perf_counter() - start
-            if not ok or elapsed + u.estimate_s > args.budget_s:
-                record.add({"stage": u.stage, "check": u.name,
-                            "note": f"skipped: ~{u.estimate_s:.0f} s would pass the "
-                                    f"{args.budget_s:.0f} s budget ({elapsed:.0f} s used)"})
-                continue
-            try:
-                for row in u.run():
-                    record.add(row)
-            except Exception as exc:  # noqa: BLE001 - a unit's failure is a row, not the end
-                record.add(failed_row(u, exc))
-                device.reset_peak()
+        run_units(units, planned, args.budget_s, record, device, args.unit_margin,
+                  on_stuck=lambda: shutil.rmtree(work, ignore_errors=True))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if STOP.signal is not None:  # swallowed during the last unit
+        return 128 + STOP.signal
     print(f"gpu_check: {time.perf_counter() - start:.0f} s", flush=True)
     print(table(record.rows))
-    return 0 if not any("FAILED" in r.get("note", "") for r in record.rows) else 1
+    bad = ("FAILED", "TIMED OUT")
+    return 0 if not any(r.get("note", "").startswith(bad) for r in record.rows) else 1
 
 
 if __name__ == "__main__":

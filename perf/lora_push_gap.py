@@ -25,6 +25,11 @@ share of the update s B A that the merged bf16 weight keeps, ||bf16(W + s B A) -
 
 Each mode runs in its own process (one vLLM per process, vLLM's rule); the parent prints
 both side by side.
+
+Below a move of ~1.5e-3 nats per token (bf16's sampler/trainer kernel gap on CPU) the gap
+and "seen" columns are that noise and cannot tell the pushes apart; what a push delivers of
+an early update is measured with float32 kernels on the bf16 base instead, by
+tests/vllm/test_small_update.py (docs/performance.md "LoRA and the sampler").
 """
 
 from __future__ import annotations

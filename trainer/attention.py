@@ -14,7 +14,10 @@ cuts the row where they restart and attends within each piece, causally:
   scale=..., window_size=(-1, 0))` (causal is `window_size == (-1, 0)`, torch >= 2.11).
   Grouped-query k/v go unrepeated: 2.12+ is told so (`enable_gqa=True`); 2.11's wrapper has
   no such flag and no head check, and its aten kernel takes Hq a multiple of Hkv natively
-  (forward and backward), so the heads are repeated only if that call raises;
+  (forward and backward), so the heads are repeated only where a one-time eager probe of
+  the kernel refuses grouped heads (`gqa_mode`). The probe runs before any layer does
+  (`packing_kwargs`): a try/except around the call inside a compiled layer would be traced
+  by Dynamo, not run as a fallback;
 - elsewhere (CPU, float32/float64, another head dim): the exact fallback, one causal sdpa
   per piece, so the padding-free tests against the padded batch cover the same function.
 
@@ -77,10 +80,16 @@ def kernel_fits(on_gpu: bool, dtype: torch.dtype, heads: int, head_dim: int,
             and head_dim % 8 == 0 and head_dim <= MAX_HEAD_DIM and heads % kv_heads == 0)
 
 
+def kernel_device(device: torch.device) -> bool:
+    """Whether the flash varlen kernel runs on `device` (CUDA only)."""
+    return device.type == "cuda"
+
+
 def uses_kernel(query: torch.Tensor, kv_heads: int | None = None) -> bool:
     """`kernel_fits` for a query (..., H, D) and its key/value heads (default: as many)."""
     heads, head_dim = query.shape[-2], query.shape[-1]
-    return kernel_fits(query.is_cuda, query.dtype, heads, head_dim, kv_heads or heads)
+    return kernel_fits(kernel_device(query.device), query.dtype, heads, head_dim,
+                       kv_heads or heads)
 
 
 def pieces(position_ids: torch.Tensor | None, batch: int, length: int,
@@ -98,21 +107,54 @@ def pieces(position_ids: torch.Tensor | None, batch: int, length: int,
     return cu_seq, int(cu_seq.diff().max())
 
 
+# device type -> how the kernel takes grouped k/v heads: "flag" (enable_gqa, torch 2.12+),
+# "native" (2.11's kernel takes them as they are) or "repeat" (a build that refuses them).
+# Filled eagerly by `gqa_mode`, read inside compiled layers (a guarded global).
+GQA_MODES: dict[str, str] = {}
+
+
+def _probe_gqa(device: torch.device) -> str:
+    """One eager call of the kernel on 2 query heads over 1 key/value head (8 tokens, bf16):
+    "native" if it takes them, "repeat" if it raises."""
+    q = torch.zeros(8, 2, 8, dtype=torch.bfloat16, device=device)
+    kv = torch.zeros(8, 1, 8, dtype=torch.bfloat16, device=device)
+    cu_seq = torch.tensor([0, 8], dtype=torch.int32, device=device)
+    try:
+        kernel()(q, kv, kv, cu_seq, cu_seq, 8, 8, scale=1.0, window_size=(-1, 0))
+    except RuntimeError:
+        return "repeat"
+    return "native"
+
+
+def gqa_mode(device: torch.device) -> str:
+    """How grouped heads reach the kernel on `device` (see GQA_MODES), decided once per
+    process and device type, eagerly. Inside a compiled region before any decision (no
+    packed forward ran first) it answers "repeat", always correct, and decides nothing."""
+    mode = GQA_MODES.get(device.type)
+    if mode is not None:
+        return mode
+    if torch.compiler.is_compiling():
+        return "repeat"
+    if "enable_gqa" in _parameters(kernel()):
+        mode = "flag"
+    else:
+        mode = _probe_gqa(device)
+    GQA_MODES[device.type] = mode
+    return mode
+
+
 def _attend_kernel(q, k, v, cu_seq, max_len, scale, gqa_groups):
     """q (N, Hq, D), k/v (N, Hkv, D) -> (N, Hq, D) through torch's varlen kernel, k/v
-    unrepeated (see module doc)."""
-    varlen_attn = kernel()
+    unrepeated unless the kernel refuses grouped heads (see module doc)."""
     kwargs = {"scale": scale, "window_size": (-1, 0)}  # a tuple: causal is `== (-1, 0)`
-    if gqa_groups > 1 and "enable_gqa" in _parameters(varlen_attn):
-        kwargs["enable_gqa"] = True
-    try:
-        return varlen_attn(q, k, v, cu_seq, cu_seq, max_len, max_len, **kwargs)
-    except RuntimeError:
-        if gqa_groups == 1 or "enable_gqa" in kwargs:
-            raise
-        # a 2.11 build whose kernel refuses grouped heads: one key/value head per query head
-        k, v = k.repeat_interleave(gqa_groups, dim=1), v.repeat_interleave(gqa_groups, dim=1)
-        return varlen_attn(q, k, v, cu_seq, cu_seq, max_len, max_len, **kwargs)
+    if gqa_groups > 1:
+        mode = gqa_mode(q.device)
+        if mode == "flag":
+            kwargs["enable_gqa"] = True
+        elif mode == "repeat":  # one key/value head per query head
+            k = k.repeat_interleave(gqa_groups, dim=1)
+            v = v.repeat_interleave(gqa_groups, dim=1)
+    return kernel()(q, k, v, cu_seq, cu_seq, max_len, max_len, **kwargs)
 
 
 def _attend_pieces(q, k, v, cu_seq, scale, gqa_groups):
@@ -165,9 +207,12 @@ def packing_kwargs(model, position_ids: torch.Tensor) -> dict:
     """What a padding-free forward hands every layer (transformers passes these keyword
     arguments down to the attention function): the pieces of the one packed row (1, N),
     computed here once (one host sync) instead of in every layer. {} for a model that does
-    not attend with this implementation."""
+    not attend with this implementation. Also where the kernel's GQA support is decided
+    (`gqa_mode`), before the first layer runs."""
     if getattr(model.config, "_attn_implementation", None) != NAME:
         return {}
+    if kernel() is not None and kernel_device(position_ids.device):
+        gqa_mode(position_ids.device)  # decided here, eagerly, before any layer is traced
     cu_seq, max_len = pieces(position_ids, 1, position_ids.shape[-1], position_ids.device)
     return {"cu_seq_lens_q": cu_seq, "cu_seq_lens_k": cu_seq, "max_length_q": max_len,
             "max_length_k": max_len}

@@ -9,9 +9,11 @@ is without a copy, and what the adapted weights are to a reader that knows no pe
 
 Only the adapters train (peft freezes the rest; the optimizer gets only them, float32 even
 over bf16 base weights). The merged weights W + scaling * B @ A, under the HF names, are what
-checkpoints hold and what a vLLM engine is pushed (`common.generation.base.model_weights`):
-evaluation, lighteval and vLLM need no peft. Why LoRA leaves every surrogate's exactness as
-it was: docs/algorithms.md "LoRA".
+checkpoints hold (`common.generation.base.model_weights`): evaluation and lighteval need no
+peft. A vLLM rollout engine gets the base once and the float32 adapters after every update
+(`rollout.vllm_lora: adapters`, common.generation.vllm): a bf16 merge would round an early,
+small update away. Why LoRA leaves every surrogate's exactness as it was:
+docs/algorithms.md "LoRA".
 """
 
 from __future__ import annotations

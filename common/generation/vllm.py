@@ -12,20 +12,30 @@ silently truncates reasoning.
 For rollouts on GPU the trainer calls `sleep()` once after the whole rollout (every
 dynamic-sampling round), so the trainer has the memory while it updates; a weight push
 wakes the weights alone after the trainer freed its gradients and emptied the CUDA cache,
-the KV cache staying released until the next generate wakes it. Level 2 (the default, as
-in TRL and verl) discards the weights when asleep: the engine then refuses to generate
+the KV cache staying released until the next generate wakes it. Level 2 (the default
+without LoRA serving, as in TRL and verl) discards the weights when asleep: the engine then refuses to generate
 until weights are pushed again, instead of sampling from freed memory. vLLM has no sleep
 mode on CPU, so there the engine simply stays up.
 
-Under LoRA (`model.lora`) the engine is pushed the merged weights W + s B A every step
-(`rollout.vllm_lora: merged`, TRL's way), or serves the adapters through vLLM's own LoRA
-support (`adapters`, verl's way): the base weights once (they do not train), then after
-every update the adapters, written in peft's format to a fresh folder (`/dev/shm` where
-there is one) and named in each generate's `LoRARequest`. At the weights the second is
-exact where bf16(W + s B A) rounds every update entry below half a bf16 step of W back to W;
-at the log-probs, on CPU in bf16, the two measured the same sampler gap, since the trainer's
-own bf16 forward rounds the update at each layer's output much as the merge does at the
-weights (`perf/lora_push_gap.py`; docs/performance.md).
+Under LoRA (`model.lora`) the engine serves the adapters through vLLM's own LoRA support
+(`rollout.vllm_lora: adapters`, the default; verl's way): the base weights once per engine
+life (they do not train), then after every update the adapters, written in peft's format
+(float32) to a fresh folder and named in each generate's `LoRARequest`. The engine then
+sleeps at level 1 (`rollout.vllm_sleep_level: null`): vLLM's level 2 discards every
+allocation tagged "weights" (its sleep-mode backend offloads that tag to host memory at
+level 1 only; the LoRA slots live in the same pool), so a level-2 sleep would cost a push of
+the whole base after every update; level 1 keeps the base in pinned host memory (its size
+in bf16: 16 GiB for Qwen3-8B) and copies it back on waking. An explicit level 2 is obeyed,
+the base then pushed again after each such sleep. `merged` (TRL's way) pushes bf16(W + s B A)
+every step instead, which rounds back to W every update entry below half a bf16 step of W:
+most of an early update never reaches the sampler (docs/performance.md "LoRA and the
+sampler", `tests/vllm/test_small_update.py`).
+
+The adapters' folder (`AdapterHandOff`): `/dev/shm` when it has room for two pushes (the
+new one is written before the old one goes), else `<run>/adapter-push` on disk, said once
+in the log. Each engine writes under its own `rpg-lora-<host>-<pid>-<n>` parent, removed at
+close and at interpreter exit; one whose process died without either (killed, out of
+memory) is removed by the next engine started on that host.
 
 Under torchrun (torch.distributed initialised) every rank builds its own engine with
 vLLM's `external_launcher` executor: its worker takes this rank's `LOCAL_RANK` device from
@@ -36,10 +46,14 @@ does the same. A single process keeps `uni`.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import itertools
 import json
+import logging
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -60,6 +74,8 @@ from common.generation.base import (
     register_engine,
 )
 from common.prompts import encode_prompts
+
+log = logging.getLogger(__name__)
 
 # vLLM on the CPU backend: KV-cache size when VLLM_CPU_KVCACHE_SPACE (GiB, vLLM's own variable)
 # is unset. On CPU, gpu_memory_utilization would reserve that fraction of *host* RAM.
@@ -197,23 +213,113 @@ def push_weights(llm, weights: Weights) -> None:
     llm.reset_prefix_cache()  # no KV computed under the old weights may be reused
 
 
-def adapter_folder() -> str:
-    """A fresh folder for one push of the adapters: in memory (`/dev/shm`) where it exists."""
-    shm = Path("/dev/shm")
-    return tempfile.mkdtemp(prefix="rpg-lora-", dir=shm if shm.is_dir() else None)
+SHM = Path("/dev/shm")  # RAM-backed where it exists (Linux); a container's is 64 MB by default
+HAND_OFF_PREFIX = "rpg-lora-"
+SPILL_DIR = "adapter-push"  # under the run's folder, when /dev/shm has no room
 
 
-def write_adapter(model, folder: str | Path) -> None:
+def adapter_tensors(model) -> dict[str, torch.Tensor]:
+    """peft's file names -> the model's active adapter tensors, whole and on the CPU."""
+    return {name: t.detach().cpu().contiguous() for name, t in adapter_weights(model)}
+
+
+def write_adapter(model, folder: str | Path, tensors: dict[str, torch.Tensor] | None = None
+                  ) -> None:
     """The model's active LoRA adapter in peft's file format (adapter_config.json and
-    adapter_model.safetensors), what vLLM's LoRA loader reads; no hub, no peft wrapper."""
+    adapter_model.safetensors), what vLLM's LoRA loader reads; no hub, no peft wrapper.
+    `tensors`: `adapter_tensors(model)` when already gathered."""
     from safetensors.torch import save_file
 
     config = lora_config(model).to_dict()
     config["target_modules"] = sorted(config["target_modules"])  # a set in memory
     config = {k: (v.value if hasattr(v, "value") else v) for k, v in config.items()}
     Path(folder, "adapter_config.json").write_text(json.dumps(config, default=str))
-    tensors = {name: t.detach().cpu().contiguous() for name, t in adapter_weights(model)}
+    tensors = adapter_tensors(model) if tensors is None else tensors
     save_file(tensors, str(Path(folder, "adapter_model.safetensors")))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale(root: Path) -> list[Path]:
+    """Remove this host's hand-off parents under `root` whose process is gone (a run killed
+    before its clean-up: RAM in /dev/shm until the node reboots); returns them."""
+    host, gone = socket.gethostname(), []
+    for folder in root.glob(f"{HAND_OFF_PREFIX}{host}-*"):
+        pid = folder.name.removeprefix(f"{HAND_OFF_PREFIX}{host}-").split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
+
+
+class AdapterHandOff:
+    """The folders vLLM reads the adapters from, one per push, under this engine's own
+    parent: in /dev/shm when it has room for `ROOM` pushes, else on disk under `run_dir`
+    (the run's folder; the system's temporary folder without one). See the module doc."""
+
+    ROOM = 2  # the new push is written before the old one is removed
+    _engines = itertools.count()
+
+    def __init__(self, run_dir: str | Path | None = None, shm: Path = SHM) -> None:
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.shm = shm
+        self.name = f"{HAND_OFF_PREFIX}{socket.gethostname()}-{os.getpid()}-{next(self._engines)}"
+        self.parents: set[Path] = set()  # made so far (/dev/shm, and the disk one after a spill)
+        self.pushes = itertools.count(1)
+        self.spilled = False
+        atexit.register(self.close)
+
+    def disk_root(self) -> Path:
+        return self.run_dir / SPILL_DIR if self.run_dir is not None else Path(tempfile.gettempdir())
+
+    def root(self, nbytes: int) -> Path:
+        """Where a push of `nbytes` goes: /dev/shm while its free space holds ROOM of them."""
+        if self.shm.is_dir() and shutil.disk_usage(self.shm).free >= self.ROOM * nbytes:
+            return self.shm
+        disk = self.disk_root()
+        if not self.spilled:
+            self.spilled = True
+            free = shutil.disk_usage(self.shm).free if self.shm.is_dir() else 0
+            log.warning("vllm engine: %s has %.0f MB free, the LoRA hand-off needs %.0f MB "
+                        "(%d pushes of %.0f MB): the adapters go to %s on disk instead "
+                        "(a container needs --shm-size; docs/trainer.md \"LoRA\")",
+                        self.shm, free / 1e6, self.ROOM * nbytes / 1e6, self.ROOM,
+                        nbytes / 1e6, disk)
+        return disk
+
+    def folder(self, nbytes: int) -> Path:
+        """A fresh, empty folder for one push of `nbytes` of adapter tensors."""
+        root = self.root(nbytes)
+        root.mkdir(parents=True, exist_ok=True)
+        if root not in {p.parent for p in self.parents}:
+            remove_stale(root)
+        parent = root / self.name
+        parent.mkdir(exist_ok=True)
+        self.parents.add(parent)
+        folder = parent / f"push-{next(self.pushes)}"
+        folder.mkdir()
+        return folder
+
+    def close(self) -> None:
+        for parent in self.parents:
+            shutil.rmtree(parent, ignore_errors=True)
+        self.parents.clear()
+
+
+def sleep_level(configured: int | None, serves_adapters: bool) -> int:
+    """The engine's sleep level: `rollout.vllm_sleep_level` when set, else 1 when it serves
+    adapters (the base survives, pushed once) and 2 otherwise (every push is whole)."""
+    if configured is not None:
+        return configured
+    return 1 if serves_adapters else 2
 
 
 def free_accelerator_memory() -> None:
@@ -236,7 +342,7 @@ class VLLMEngine(Engine):
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, sleep_between: bool = False,
                  sleep_level: int = 2, progress: bool = False,
-                 lora_rank: int | None = None) -> None:
+                 lora_rank: int | None = None, run_dir: str | Path | None = None) -> None:
         if tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -248,6 +354,7 @@ class VLLMEngine(Engine):
         self.lora_rank = lora_rank
         self.lora_request = None  # the adapter pushed last (LoRA serving)
         self.base_loaded = False  # the base weights pushed (LoRA serving)
+        self.hand_off = AdapterHandOff(run_dir) if lora_rank is not None else None
         self.tokenizer = tokenizer
         self.checkpoint = Path(model_path) if Path(model_path).is_dir() else None
         self.progress = progress
@@ -269,22 +376,29 @@ class VLLMEngine(Engine):
     def for_rollout(cls, rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
                     compute_dtype: torch.dtype | None = None) -> VLLMEngine:
         """vLLM beside the training model, in its forward dtype (or `rollout.vllm_dtype`),
-        asleep between rollouts; serving the model's LoRA adapter when it has one."""
+        asleep between rollouts; serving the model's LoRA adapter when it has one (and
+        `rollout.vllm_lora` says so)."""
         dtype = forward_dtype(model, compute_dtype, rollout_cfg.vllm_dtype)
         lora = lora_config(model)
         serve = lora is not None and rollout_cfg.vllm_lora == "adapters"
         return cls(model_path, tokenizer, seed=seed, dtype=dtype,
                    gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
                    max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,
-                   sleep_level=rollout_cfg.vllm_sleep_level,
+                   sleep_level=sleep_level(rollout_cfg.vllm_sleep_level, serve),
                    lora_rank=lora.r if serve else None)
+
+    def spill_to(self, run_dir: str | Path) -> None:
+        """Spill the adapters' hand-off to `run_dir`/adapter-push when /dev/shm is short."""
+        if self.hand_off is not None:
+            self.hand_off.run_dir = Path(run_dir)
 
     def sleep(self) -> None:
         if self.sleeps and self.state != "asleep":
             self.llm.sleep(level=self.sleep_level)
             self.state = "asleep"
             self.weights_lost = self.weights_lost or self.sleep_level == 2
-            # the adapters go with the weights; a level-2 sleep drops the base too
+            # level 2 frees the "weights" pool unsaved (base and LoRA slots alike): the
+            # base must be pushed again; level 1 copies it to host and back
             self.base_loaded = self.base_loaded and self.sleep_level != 2
 
     def sync_weights(self, model) -> None:
@@ -299,14 +413,17 @@ class VLLMEngine(Engine):
 
     def load_adapter(self, model) -> None:
         """The model's adapter as the one every generate uses: written to a fresh folder
-        under a new id (no KV cached under the old adapter is reused), the old one removed."""
+        under a new id (no KV cached under the old adapter is reused), the old one removed.
+        Safe while asleep: removing only drops vLLM's bookkeeping (its LoRA manager writes
+        the device slots when the next generate activates the new adapter, awake)."""
         from vllm.lora.request import LoRARequest
 
         old = self.lora_request
-        folder = adapter_folder()
-        write_adapter(model, folder)
+        tensors = adapter_tensors(model)
+        folder = self.hand_off.folder(sum(t.numel() * t.element_size() for t in tensors.values()))
+        write_adapter(model, folder, tensors)
         lora_id = 1 if old is None else old.lora_int_id + 1
-        self.lora_request = LoRARequest(f"policy-{lora_id}", lora_id, folder)
+        self.lora_request = LoRARequest(f"policy-{lora_id}", lora_id, str(folder))
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
@@ -350,8 +467,8 @@ class VLLMEngine(Engine):
         default process group (`cleanup_dist_env_and_memory`); left to its finalizer at
         interpreter exit it would find torchrun's group already destroyed and print
         "Invalid process group specified" for every rank."""
-        if self.lora_request is not None:
-            shutil.rmtree(self.lora_request.lora_path, ignore_errors=True)
+        if self.hand_off is not None:
+            self.hand_off.close()
         self.llm.llm_engine.engine_core.shutdown()
 
     def load_weights(self, weights: Weights) -> None:

@@ -139,6 +139,8 @@ def _kernel_equals_fallback(monkeypatch, kernel):
     fallback's, to the bit; returns the model and batch."""
     monkeypatch.setattr(attention, "kernel", lambda: kernel)
     monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)
+    monkeypatch.setattr(attention, "kernel_device", lambda device: True)
+    monkeypatch.setattr(attention, "GQA_MODES", {})  # a fresh process: nothing decided
     model, batch = _model(attn=attention.NAME), _batch()
     with torch.no_grad():
         got, _ = response_logprobs(model, batch, padding_free=True)
@@ -154,6 +156,9 @@ def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
     kernel = _recorder(calls, with_gqa)
     assert ("enable_gqa" in inspect.signature(kernel).parameters) == with_gqa
     model, batch = _kernel_equals_fallback(monkeypatch, kernel)
+    if not with_gqa:  # 2.11: the one probe on 2 query heads over 1 key/value head first
+        probe = calls.pop(0)
+        assert probe["q"].shape[1] == 2 and probe["k"].shape[1] == 1
     assert len(calls) == CFG["num_hidden_layers"]
     lengths = (batch.attention_mask.sum(-1)).tolist()  # the packed rows' real tokens
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -172,10 +177,40 @@ def test_the_gpu_path_hands_varlen_attn_what_it_needs(monkeypatch, with_gqa):
 
 
 def test_a_211_kernel_that_refuses_grouped_heads_gets_them_repeated(monkeypatch):
+    """The probe (1 key/value head) is refused once, before the layers; every layer then
+    calls the kernel once, its heads repeated: no call raises inside a layer."""
     calls: list = []
     _kernel_equals_fallback(monkeypatch, _recorder(calls, False, refuse_groups=True))
-    # per layer: the grouped call (refused), then the repeated one
-    assert [c["k"].shape[1] for c in calls] == [2, 4] * CFG["num_hidden_layers"]
+    assert [c["k"].shape[1] for c in calls] == [1] + [4] * CFG["num_hidden_layers"]
+    assert attention.GQA_MODES == {"cpu": "repeat"}
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["native", "refused"])
+def test_gqa_is_decided_before_a_compiled_layer_is_traced(monkeypatch, refuse):
+    """Layers compiled whole (fullgraph): the decision is made by the packed forward before
+    them, eagerly, so the traced layer holds one kernel call with the heads it decided, and
+    a kernel that refuses grouped heads never raises inside the layer."""
+    def kernel(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None,
+               window_size=(-1, -1)):  # torch 2.11's signature: no enable_gqa
+        groups = query.shape[1] // key.shape[1]
+        if refuse and groups > 1:
+            raise RuntimeError("Number of heads in key/value must equal those of query")
+        return attention._attend_pieces(query, key, value, cu_seq_q, scale, groups)
+
+    monkeypatch.setattr(attention, "kernel", lambda: kernel)
+    monkeypatch.setattr(attention, "uses_kernel", lambda q, kv=None: True)
+    monkeypatch.setattr(attention, "kernel_device", lambda device: True)
+    monkeypatch.setattr(attention, "GQA_MODES", {})
+    model, batch = _model(attn=attention.NAME), _batch()
+    with torch.no_grad():
+        want, _ = response_logprobs(model, batch, padding_free=True)
+        monkeypatch.setattr(attention, "GQA_MODES", {})
+        torch._dynamo.reset()
+        for layer in model.model.layers:
+            layer.compile(backend="eager", fullgraph=True)
+        got, _ = response_logprobs(model, batch, padding_free=True)
+    assert attention.GQA_MODES == {"cpu": "repeat" if refuse else "native"}
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
 def test_the_pieces_are_found_once_per_forward_not_per_layer(monkeypatch):
