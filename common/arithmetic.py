@@ -43,3 +43,15 @@ def problems(split: str, n: int, seed: int = 0) -> list[dict]:
     for (split, n, seed)."""
     return [{"id": f"arithmetic-{split}-{i:05d}", "problem": q, "answer": str(v)}
             for i, (q, v) in enumerate(POOLS.draw(split, n, seed))]
+
+
+CATEGORIES = {"+": "addition", "-": "subtraction", "*": "multiplication"}
+
+
+def category(question: str) -> str:
+    """The operation a question asks for ("addition", "subtraction", "multiplication"): the
+    report's accuracy by category (analysis.categories), since the room to learn differs."""
+    for sign, name in CATEGORIES.items():
+        if f" {sign} " in question:
+            return name
+    raise ValueError(f"not an arithmetic question of this task: {question!r}")

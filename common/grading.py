@@ -15,9 +15,16 @@ Two scorers, both run on every evaluated sample:
   replaced and the item is counted as ``timeout``. Like lighteval's, it reads any answer it
   can find, boxed or not: in a small model's text it reads "So the final answer is
   41 + 16 = 172." as 57 (the left side), and a list's "5." as the answer 5.
-* ``math_verify_boxed`` is math-verify on the content of the response's last ``\\boxed{}``
-  alone (no box, or an empty one: "no_answer"): the format the ``boxed`` template asks
-  for, and the reward a small model cannot game by restating the question.
+* ``math_verify_boxed`` is math-verify on the response's last ``\\boxed{}`` alone (no box,
+  or an empty one: "no_answer"), read with anchored extraction (LaTeX inside the box only,
+  no fallback to a bare number), and a number gold is matched only by a written number
+  (``\\boxed{32 + 48}`` restates "What is 32 + 48?"): the format the boxed templates ask
+  for, and a reward a small model cannot game by restating the question.
+
+Strict or lenient (`Scorer.strict`, the one owner): a strict scorer credits only the answer
+where the prompt asked for it (``dapo``: the last "Answer:" line; ``math_verify_boxed``: the
+last box); ``math_verify`` is lenient, an evaluation diagnostic, never a training reward
+unless a sweep opts in (sweep.checks).
 
 Failure policy: ``status`` is "ok" (an answer was extracted and compared), "no_answer"
 (nothing to extract), "timeout" (math_verify only) or "error" (the scorer raised, or the gold
@@ -38,15 +45,15 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from algorithms.registry import Registry
 
-# name -> grade(completions, golds, timeout_s, workers) -> list[GradeResult]; filled below
-SCORERS: Registry = Registry("scorer")
+# name -> Scorer (its grading function and whether it is strict); filled below
+SCORERS: Registry[Scorer] = Registry("scorer")
 # what an evaluation grades with unless told otherwise: the paper's grader and math-verify;
 # math_verify_boxed is opt-in (a sweep's eval.scorers, or --scorer)
 DEFAULT_SCORERS = ("dapo", "math_verify")
@@ -54,6 +61,35 @@ STATUSES = ("ok", "no_answer", "timeout", "error")
 DEFAULT_TIMEOUT_S = 10.0
 # A fresh worker imports sympy and math-verify (~1-2 s); far more means something is broken.
 _WORKER_START_LIMIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A registered scorer: its grading function and whether it is strict.
+
+    strict: it credits only an answer found where the prompt asked for it (anchored
+    extraction), so restating the question, or a right number somewhere in the text, earns
+    nothing; a lenient scorer reads any answer it can find, which a policy trained on it
+    learns to exploit (docs/evaluation.md, "Strict and lenient scorers").
+    """
+
+    grade: Callable[..., list[GradeResult]]  # (completions, golds, timeout_s, workers)
+    strict: bool
+
+
+def scorer(name: str, *, strict: bool):
+    """Decorator: register a grading function under `name` as a `Scorer`."""
+
+    def add(grade: Callable[..., list[GradeResult]]) -> Callable[..., list[GradeResult]]:
+        SCORERS.register(name, Scorer(grade, strict))
+        return grade
+
+    return add
+
+
+def strict_scorers() -> list[str]:
+    """The names of the strict scorers, in registration order."""
+    return [name for name, s in SCORERS.items() if s.strict]
 
 
 @dataclass(frozen=True)
@@ -149,9 +185,10 @@ class _Worker:
     def fileno(self) -> int:
         return self.process.stdout.fileno()
 
-    def send(self, index: int, completion: str, gold: str) -> None:
+    def send(self, index: int, completion: str, gold: str, strict: bool) -> None:
         # ensure_ascii escapes lone surrogates and control bytes from model output.
-        line = json.dumps({"i": index, "completion": completion, "gold": gold})
+        line = json.dumps({"i": index, "completion": completion, "gold": gold,
+                           "strict": strict})
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
@@ -218,8 +255,11 @@ class MathVerifyPool:
             worker.item = None
 
     def grade(
-        self, completions: Sequence[str], golds: Sequence[str], timeout_s: float
+        self, completions: Sequence[str], golds: Sequence[str], timeout_s: float,
+        strict: bool = False,
     ) -> list[GradeResult]:
+        """Grade each pair; `strict`: each completion is an extract, read anchored
+        (`_math_verify_worker.grade_one`)."""
         self._pool = [w for w in self._pool if w.process.poll() is None]
         while len(self._pool) < self.workers:
             self._pool.append(_Worker())
@@ -230,7 +270,7 @@ class MathVerifyPool:
                 if w.ready and w.item is None and pending:
                     w.item = pending.popleft()
                     try:
-                        w.send(w.item, completions[w.item], golds[w.item])
+                        w.send(w.item, completions[w.item], golds[w.item], strict)
                     except OSError:  # died while idle; its EOF is handled by _receive
                         pass
                     w.deadline = time.monotonic() + timeout_s
@@ -296,7 +336,7 @@ def grade_many(
     "dapo" runs in-process (no pool; the trainer calls this on every rollout batch).
     "math_verify" runs in a shared pool of `workers` processes with `timeout_s` per item.
     """
-    grade_all = SCORERS.get(scorer)
+    grade_all = SCORERS.get(scorer).grade
     if len(completions) != len(golds):
         raise ValueError(f"{len(completions)} completions but {len(golds)} golds")
     for name, values in (("completion", completions), ("gold", golds)):
@@ -306,20 +346,26 @@ def grade_many(
     return grade_all(completions, golds, timeout_s, workers)
 
 
-@SCORERS.register("dapo")
+# strict: only the last "Answer:" line of the tail is read, and its text compared as a string
+@scorer("dapo", strict=True)
 def _grade_dapo_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
     """In-process, no pool and no time limit: the trainer calls it on every rollout batch."""
     return [_grade_dapo(c, g) for c, g in zip(completions, golds)]
 
 
-@SCORERS.register("math_verify")
-def _grade_math_verify_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
-    """In the shared pool of `workers` processes, `timeout_s` per item."""
+def _math_verify(completions, golds, timeout_s, workers, strict: bool) -> list[GradeResult]:
     if timeout_s <= 0:
         raise ValueError(f"timeout_s={timeout_s} must be > 0")
     if not completions:
         return []
-    return _shared_pool(workers).grade(completions, golds, timeout_s)
+    return _shared_pool(workers).grade(completions, golds, timeout_s, strict)
+
+
+# lenient: reads any expression anywhere (an evaluation diagnostic, not a reward)
+@scorer("math_verify", strict=False)
+def _grade_math_verify_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
+    """In the shared pool of `workers` processes, `timeout_s` per item."""
+    return _math_verify(completions, golds, timeout_s, workers, strict=False)
 
 
 def last_boxed(text: str) -> str | None:
@@ -336,17 +382,18 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-@SCORERS.register("math_verify_boxed")
+@scorer("math_verify_boxed", strict=True)
 def _grade_math_verify_boxed_many(completions, golds, timeout_s, workers) -> list[GradeResult]:
-    """math-verify on the last boxed answer alone; a response without one (or with an empty
-    one) has no answer, whatever numbers its text holds."""
+    """math-verify on the last boxed answer alone, read anchored; a response without one (or
+    with an empty one) has no answer, whatever numbers its text holds."""
     boxed = [last_boxed(c) for c in completions]
     todo = [i for i, b in enumerate(boxed) if b and b.strip()]
-    graded = _grade_math_verify_many(["\\boxed{" + boxed[i] + "}" for i in todo],
-                                     [golds[i] for i in todo], timeout_s, workers)
+    graded = _math_verify(["\\boxed{" + boxed[i] + "}" for i in todo],
+                          [golds[i] for i in todo], timeout_s, workers, strict=True)
     out = [GradeResult(False, None, "no_answer")] * len(completions)
-    for i, result in zip(todo, graded):
-        out[i] = result
+    for i, result in zip(todo, graded):  # extracted: the box's text, as the model wrote it
+        out[i] = (GradeResult(result.correct, boxed[i], "ok") if result.status == "ok"
+                  else result)
     return out
 
 

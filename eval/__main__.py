@@ -40,6 +40,12 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in _csv(text))
 
 
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give true or false")
+    return text.lower() == "true"
+
+
 def eval_parser() -> argparse.ArgumentParser:
     from eval.run import EvalConfig  # the one owner of every default below
 
@@ -64,6 +70,9 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", default=default("template"), choices=list(TEMPLATES),
                    help="default: the template the checkpoint's run trained with (its "
                    "run_config.yaml), else dapo; another than that one is refused")
+    p.add_argument("--enable-thinking", type=_bool, default=default("enable_thinking"),
+                   help="true/false: the chat template's thinking switch (Qwen3); default: "
+                   "the checkpoint's run's task.chat.enable_thinking, else the template's own")
     p.add_argument("--backend", default=default("backend"), choices=list(ENGINES))
     p.add_argument("--seed", type=int, default=default("seed"))
     p.add_argument("--step", type=int, default=None,
@@ -77,6 +86,9 @@ def eval_parser() -> argparse.ArgumentParser:
                    help="hf backend: rows per generate")
     p.add_argument("--limit", action="append", default=[],
                    help="first N problems only: N (every benchmark) or BENCH=N")
+    p.add_argument("--limit-at", action="append", default=[],
+                   help="STEP:BENCH=N: the checkpoint of STEP evaluates BENCH's first N "
+                   "problems instead (a sweep's cheaper intermediate evaluations)")
     p.add_argument("--timeout-s", type=float, default=default("timeout_s"),
                    help="math_verify/item")
     p.add_argument("--device", default=default("device"), help="hf backend: cpu, cuda, auto")
@@ -110,6 +122,20 @@ def per_benchmark(values: list[str], benchmarks: list[str], flag: str) -> dict[s
     return out
 
 
+def step_limits(values: list[str], benchmarks: list[str]) -> dict[tuple[int, str], str]:
+    """`--limit-at STEP:BENCH=N` (repeatable) -> {(step, bench): N}."""
+    out: dict[tuple[int, str], str] = {}
+    for value in values:
+        step, _, rest = value.partition(":")
+        bench, sep, n = rest.partition("=")
+        if not (step.isdigit() and sep and n.isdigit() and int(n) > 0):
+            raise ValueError(f"--limit-at {value}: write STEP:BENCH=N (e.g. 10:arithmetic=40)")
+        if bench not in benchmarks:
+            raise ValueError(f"--limit-at {value}: {bench} is not among --benchmark {benchmarks}")
+        out[(int(step), bench)] = n
+    return out
+
+
 def refuse_shell_quotes(flag: str, path: str) -> None:
     """A path that starts or ends with a quote was shell-quoted and then split without a
     shell (`shlex.join` output through `str.split`): taken literally it names a relative
@@ -130,6 +156,7 @@ def eval_configs(args: argparse.Namespace) -> list:
     benchmarks = list(dict.fromkeys(options.pop("benchmark")))
     files = per_benchmark(options.pop("benchmark_file"), benchmarks, "--benchmark-file")
     limits = per_benchmark(options.pop("limit"), benchmarks, "--limit")
+    limit_at = step_limits(options.pop("limit_at"), benchmarks)
     out = options.pop("out")
     for flag, values in (("--out", [out]), ("--checkpoint", checkpoints),
                          ("--benchmark-file", list(files.values()))):
@@ -147,12 +174,17 @@ def eval_configs(args: argparse.Namespace) -> list:
         # the run directory: where a failed mirror is noted for `python -m sweep mlflow-sync`
         options["mlflow_pending_dir"] = str(Path(id_file).parent)
     configs = []
-    for checkpoint in checkpoints:
-        step = options["step"] if options["step"] is not None else infer_step(checkpoint)
+    steps = [options["step"] if options["step"] is not None else infer_step(c)
+             for c in checkpoints]
+    unknown = sorted({s for s, _ in limit_at} - set(steps))
+    if unknown:
+        raise ValueError(f"--limit-at names step(s) {unknown}, which no --checkpoint is "
+                         f"(their steps: {steps})")
+    for checkpoint, step in zip(checkpoints, steps):
         if "{step}" in out and step is None:
             raise ValueError(f"--out {out}: {checkpoint} is not a step_N directory; pass --step")
         for bench in benchmarks:
-            limit = limits.get(bench)
+            limit = limit_at.get((step, bench), limits.get(bench))
             if limit is not None and not limit.lstrip("-").isdigit():
                 raise ValueError(f"--limit {limit}: give an integer N or BENCH=N")
             configs.append(EvalConfig(

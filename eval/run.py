@@ -33,7 +33,7 @@ from common.files import write_atomic
 from common.generation import ENGINES, Engine, EngineOptions, Sample, start_engine
 from common.generation.base import check_checkpoint, check_same_architecture
 from common.generation.hf import HFEngine
-from common.prompts import TEMPLATES, build_prompt, encode_prompts
+from common.prompts import TEMPLATES, build_prompt, check_examples_unseen, encode_prompts
 from eval import kl, metrics
 from eval.benchmarks import BENCHMARKS, Benchmark, load_benchmark
 
@@ -55,6 +55,9 @@ class EvalConfig(BaseModel):
     # prompt template in common.prompts.TEMPLATES; None: the one the checkpoint's run trained
     # with (its run_config.yaml task.template), else DEFAULT_TEMPLATE (`trained_template`)
     template: TEMPLATES.Name | None = None
+    # the chat template's thinking switch (task.chat.enable_thinking); None: the one the
+    # checkpoint's run trained with, else the chat template's default (`trained_thinking`)
+    enable_thinking: bool | None = None
     backend: ENGINES.Name = "hf"  # generation engine in common.generation.ENGINES
     seed: int = 0  # sampling seed and bootstrap seed
     step: int | None = None  # training step recorded in the summary (null: not a run)
@@ -176,6 +179,7 @@ def build_summary(
             "max_new_tokens": cfg.max_new_tokens,
             "seed": cfg.seed,
             "template": cfg.template,
+            "enable_thinking": cfg.enable_thinking,
         },
         "num_problems": len(bench.problems),
         "truncation_rate": metrics.truncation_rate([s.finish_reason for p in samples for s in p]),
@@ -243,6 +247,21 @@ def trained_template(checkpoint: str | Path, asked: str | None) -> str:
     return trained
 
 
+def trained_thinking(checkpoint: str | Path, asked: bool | None) -> bool | None:
+    """The thinking switch an evaluation passes to the chat template: the one the
+    checkpoint's run trained with (task.chat.enable_thinking; a checkpoint without a saved
+    config: `asked`). Asking for another is a ValueError, as for the template."""
+    saved = kl.saved_run_config(checkpoint)
+    if saved is None:
+        return asked
+    trained = ((saved.get("task") or {}).get("chat") or {}).get("enable_thinking")
+    if asked is not None and asked != trained:
+        raise ValueError(f"--enable-thinking {str(asked).lower()}: {checkpoint} was trained "
+                         f"with task.chat.enable_thinking={trained} (its {kl.CHECKPOINT_CONFIG})"
+                         "; evaluate with it (drop --enable-thinking)")
+    return trained
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A validated evaluation, ready to run: nothing heavy has happened yet."""
@@ -266,8 +285,11 @@ def prepare(cfg: EvalConfig) -> Prepared:
     if cfg.mlflow_run_id is not None and cfg.mlflow_uri is None:
         raise ValueError("--mlflow-run-id needs --mlflow-uri (the store holding that run)")
     ckpt = check_checkpoint(cfg.checkpoint)
-    cfg = cfg.model_copy(update={"template": trained_template(ckpt, cfg.template)})
+    cfg = cfg.model_copy(update={"template": trained_template(ckpt, cfg.template),
+                                 "enable_thinking": trained_thinking(ckpt, cfg.enable_thinking)})
     bench = load_benchmark(cfg.benchmark, path=cfg.benchmark_file, limit=cfg.limit)
+    check_examples_unseen(cfg.template, [p["problem"] for p in bench.problems],
+                          f"benchmark {cfg.benchmark} ({bench.source['path_or_id']})")
     initial = kl.initial_model_of(ckpt) if cfg.kl else None
     initial_sha = model_sha256(Path(initial)) if initial and Path(initial).is_dir() else None
     return Prepared(cfg=cfg, bench=bench, checkpoint=ckpt, model_sha256=model_sha256(ckpt),
@@ -289,7 +311,8 @@ def execute(prep: Prepared, engine: Engine | None = None) -> dict:
     # -- sample --
     if engine is None:
         engine = start_engine(cfg.backend, prep.checkpoint, engine_options(cfg))
-    prompts = [build_prompt(p["problem"], cfg.template, engine.tokenizer) for p in bench.problems]
+    prompts = [build_prompt(p["problem"], cfg.template, engine.tokenizer, cfg.enable_thinking)
+               for p in bench.problems]
     samples = engine.generate(
         prompts,
         n=cfg.n,

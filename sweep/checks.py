@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.grading import SCORERS, strict_scorers
+from common.prompts import TEMPLATES
 from trainer.config import check_model_path
 from trainer.pretrained import MANIFEST, gguf_path, is_prepared
 
@@ -34,5 +36,39 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
             gguf_path(str(model_path))
         except FileNotFoundError as exc:
             raise SweepError(f"{source}: base.{exc}") from None
-    for cell in cells:
-        run_config(sweep, cell, source)
+    configs = [run_config(sweep, cell, source) for cell in cells]
+    for cfg in configs[:1]:  # the task section is the base's: the same in every cell
+        check_reward(cfg["task"], source)
+        check_crosscheck_prompt(sweep, cfg["task"], source)
+
+
+def check_crosscheck_prompt(sweep: SweepConfig, task: dict, source: str) -> None:
+    """The lighteval cross-check sends one user message (eval.lighteval_convert), so it
+    would drop a template's worked-example turns and the chat template's thinking switch,
+    and score another prompt than ours."""
+    if not sweep.eval.crosscheck:
+        return
+    if TEMPLATES.get(task["template"]).examples:
+        raise SweepError(f"{source}: eval.crosscheck: lighteval sends one user message, "
+                         f"without template {task['template']!r}'s worked-example turns; drop "
+                         "eval.crosscheck or train with a template without examples")
+    if task["chat"]["enable_thinking"] is not None:
+        raise SweepError(f"{source}: eval.crosscheck: lighteval does not pass base.task.chat."
+                         f"enable_thinking={task['chat']['enable_thinking']} to the chat "
+                         "template; drop eval.crosscheck or leave enable_thinking unset")
+
+
+def check_reward(task: dict, source: str) -> None:
+    """Refuse a lenient training reward (common.grading.Scorer.strict) unless the sweep opts
+    in: a policy trained on a grader that reads any expression anywhere learns to restate
+    the question (issue 51: 93% of a seed's answers credited that way)."""
+    name = task["scorer"]
+    if SCORERS.get(name).strict or task.get("allow_gameable_reward"):
+        return
+    use = TEMPLATES.get(task["template"]).scorer
+    raise SweepError(
+        f"{source}: base.task.scorer={name!r} is lenient (it credits any expression anywhere "
+        f"in the answer, the question restated included, so the policy learns to game it); "
+        f"train on {use!r}, the strict scorer of template {task['template']!r} (strict: "
+        f"{', '.join(strict_scorers())}), keep {name!r} in eval.scorers as a diagnostic, or "
+        "set base.task.allow_gameable_reward: true to accept the risk")

@@ -120,10 +120,18 @@ def train_slurm_resources(sweep: SweepConfig) -> dict:
             "tasks_per_gpu": 0, "mpi": "srun"}
 
 
-def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: list[str]
-               ) -> list[str]:
+def thinking_args(sweep: SweepConfig) -> list[str]:
+    """`--enable-thinking` as the runs train (base.task.chat.enable_thinking), for the
+    initial model, whose folder holds no run config to read it from; none when unset."""
+    thinking = ((sweep.base.get("task") or {}).get("chat") or {}).get("enable_thinking")
+    return [] if thinking is None else ["--enable-thinking", str(bool(thinking)).lower()]
+
+
+def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: list[str],
+               steps: list[int] = ()) -> list[str]:
     """`python -m eval` arguments: every checkpoint x benchmark with one engine start-up;
-    `out` holds {step} when there are several checkpoints."""
+    `out` holds {step} when there are several checkpoints; `steps` are theirs (a training
+    step before the last eval step takes eval.limit_before_last)."""
     spec = sweep.eval
     args = [
         "--checkpoint", *checkpoints,
@@ -140,12 +148,16 @@ def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: li
         "--no-progress",
         *([] if spec.kl else ["--no-kl"]),
         *([] if spec.dtype == "auto" else ["--dtype", spec.dtype]),
+        *thinking_args(sweep),
     ]
     for bench in benches:
         if bench in spec.limit:
             args += ["--limit", f"{bench}={spec.limit[bench]}"]
         if bench in spec.files:
             args += ["--benchmark-file", f"{bench}={spec.files[bench]}"]
+        for step in steps:
+            if bench in spec.limit_before_last and step < spec.steps[-1]:
+                args += ["--limit-at", f"{step}:{bench}={spec.limit_before_last[bench]}"]
     return args
 
 
@@ -158,7 +170,7 @@ def eval_argv(sweep: SweepConfig, run_id: str, steps: list[int], benches: list[s
     quotes in the path)."""
     rdir = run_dir(sweep, run_id)
     checkpoints = [str(rdir.checkpoint(step)) for step in steps]
-    args = _eval_args(sweep, checkpoints, str(rdir.eval_dir("{step}")), benches)
+    args = _eval_args(sweep, checkpoints, str(rdir.eval_dir("{step}")), benches, steps)
     if sweep.mlflow.enabled:
         args += ["--mlflow-uri", sweep.mlflow_uri, "--mlflow-run-id-file",
                  str(rdir.mlflow_run_id)]

@@ -125,6 +125,10 @@ class EvalSpec(Strict):
     backend: BackendName = _EVAL["backend"].default
     limit: dict[str, int] = Field(default_factory=dict,
                                   description="benchmark -> first N problems (quick looks)")
+    limit_before_last: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="benchmark -> first N problems at the eval steps "
+        "before the last: a cheaper curve (the last step and the initial model use "
+        "eval.limit, so Last and its baseline see every problem)")
     files: dict[str, str] = Field(default_factory=dict,
                                   description="benchmark -> local JSONL/parquet instead of hub")
     seed: int = _EVAL["seed"].default
@@ -170,7 +174,11 @@ class EvalSpec(Strict):
             if extra:
                 raise ValueError(f"eval.crosscheck_steps names {extra}, which eval.steps "
                                  f"{self.steps} does not list; cross-check evaluated steps")
-        for key in ("limit", "files"):
+        for bench, n in self.limit_before_last.items():
+            if n >= self.limit.get(bench, n + 1):
+                raise ValueError(f"eval.limit_before_last.{bench}={n} is not below eval.limit."
+                                 f"{bench}={self.limit[bench]}; lower it or drop the key")
+        for key in ("limit", "files", "limit_before_last"):
             extra = sorted(set(getattr(self, key)) - set(self.benchmarks))
             if extra:
                 raise ValueError(f"eval.{key} names {extra}, which eval.benchmarks "

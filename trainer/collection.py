@@ -169,7 +169,8 @@ class Collector:
         """Generate and score one round's problems (this rank's share of them)."""
         r, t = self.cfg.rollout, self.cfg.task
         tokenizer = self.models.tokenizer
-        texts = [build_prompt(p["problem"], t.template, tokenizer) for p in problems]
+        texts = [build_prompt(p["problem"], t.template, tokenizer, t.chat.enable_thinking)
+                 for p in problems]
         gather = (distributed.unsharded(self.models.policy, self.world) if r.engine == "hf"
                   else contextlib.nullcontext())
         # model.compile compiles the layers for the log-prob and update passes; decoding one

@@ -132,6 +132,16 @@ class ModelConfig(_Section):
         return v
 
 
+class ChatConfig(_Section):
+    """Options of the tokenizer's chat template, passed to `apply_chat_template` in training
+    and evaluation alike (common.prompts.build_prompt)."""
+
+    enable_thinking: bool | None = Field(
+        None, description="thinking mode of a chat template that has one (Qwen3: a <think> "
+        "block before the answer); null = the template's default (Qwen3's: on), true/false "
+        "passed through; a template without the switch ignores it")
+
+
 class TaskConfig(_Section):
     """Prompts and the verifiable reward."""
 
@@ -159,7 +169,13 @@ class TaskConfig(_Section):
         "limit (null=all)"
     )
     template: TemplateName = Field("dapo", description="prompt template (common.prompts)")
-    scorer: ScorerName = Field("dapo", description="reward grader (common.grading)")
+    chat: ChatConfig = Field(default_factory=ChatConfig, description=_summary(ChatConfig))
+    scorer: ScorerName = Field("dapo", description="reward grader (common.grading); a sweep "
+                               "refuses a lenient one unless allow_gameable_reward")
+    allow_gameable_reward: bool = Field(
+        False, description="let a sweep train on a lenient scorer (math_verify), which credits "
+        "any right-looking expression anywhere in the answer, the question restated included: "
+        "a policy learns to game it")
     reward_correct: float = Field(1.0, description="reward of a correct answer (DAPO: 1)")
     reward_incorrect: float = Field(-1.0, description="reward otherwise (DAPO scorer: -1)")
 
@@ -198,19 +214,22 @@ class RolloutConfig(_Section):
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
     vllm_gpu_memory_utilization: float = Field(
         0.35, gt=0, le=1, description="vllm engine: fraction of GPU memory it may take")
-    vllm_sleep_level: Literal[1, 2] = Field(
-        2, description="vLLM sleep level between rollouts: 2 discards the weights (re-pushed "
-        "after each update; TRL and verl default), 1 copies them to host and back")
+    vllm_sleep_level: Literal[1, 2] | None = Field(
+        None, description="vLLM sleep level between rollouts: 2 discards the weights (re-pushed "
+        "after each update; TRL and verl default), 1 copies them to host and back; null = 1 "
+        "when the engine serves LoRA adapters (the base is then pushed once, not after every "
+        "update), else 2")
     vllm_max_model_len: int | None = Field(
         None, description="vllm engine: prompt + response token cap (null = the model's)")
     vllm_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
         None, description="vllm engine: its weights' and kernels' dtype (null = the trainer's "
         "forward dtype); bfloat16 under a float32 trainer is a real sampler mismatch on CPU")
     vllm_lora: Literal["merged", "adapters"] = Field(
-        "merged", description="vllm engine under model.lora: push the merged weights W + s B A "
-        "every step (merged), or the base once and the adapters through vLLM's LoRA (adapters, "
-        "verl's way: exact at the weights, a rank-r push); on CPU in bf16 the two measured "
-        "the same sampler gap (perf/lora_push_gap.py, docs/performance.md)")
+        "adapters", description="vllm engine under model.lora: the base once and the adapters "
+        "after every update through vLLM's LoRA (adapters, verl's way: every update reaches "
+        "the sampler), or the merged weights W + s B A every step (merged, TRL's way: in bf16 "
+        "the merge rounds away most of an early update; docs/performance.md \"LoRA and the "
+        "sampler\")")
     correction: CorrectionConfig = Field(
         default_factory=CorrectionConfig, description="off-policy correction for the sampler mu "
         "(the engine's log-probs) differing from the trainer's pi_old (algorithms.correction)")

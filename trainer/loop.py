@@ -125,7 +125,7 @@ class Trainer:
         state.resume(self)
         self.engine = make_engine(cfg.rollout, m.sampling_model, self.tokenizer,
                                   model_path=cfg.model.path, seed=cfg.seed,
-                                  compute_dtype=self.autocast)
+                                  compute_dtype=self.autocast, run_dir=self.run.root)
         if self.global_step > 0:
             self.engine.sync_weights(m.sampling_model)
         self.collector = Collector(cfg, self.world, self.device, m, self.problems,

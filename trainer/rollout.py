@@ -55,7 +55,7 @@ class RolloutEngine:
 
 
 def make_engine(rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
-                compute_dtype: torch.dtype | None = None) -> RolloutEngine:
+                compute_dtype: torch.dtype | None = None, run_dir=None) -> RolloutEngine:
     """The engine named by `rollout_cfg.engine` (a trainer.config.RolloutConfig), set up
     by its own `Engine.for_rollout`.
 
@@ -66,6 +66,8 @@ def make_engine(rollout_cfg, model, tokenizer, *, model_path: str, seed: int,
     engine = ENGINES.get(rollout_cfg.engine).for_rollout(
         rollout_cfg, model, tokenizer, model_path=model_path, seed=seed,
         compute_dtype=compute_dtype)
+    if run_dir is not None and hasattr(engine, "spill_to"):  # files it hands itself (vllm)
+        engine.spill_to(run_dir)
     rollout = RolloutEngine(engine, rollout_cfg.temperature, rollout_cfg.top_p,
                             rollout_cfg.max_new_tokens)
     rollout.sync_weights(model)

@@ -26,7 +26,7 @@ CHAT_TEMPLATE = (
 
 
 def _corpus() -> list[str]:
-    texts = list(TEMPLATES.values())
+    texts = [t.text for t in TEMPLATES.values()]
     for path in sorted(BENCHMARK_DIR.glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)

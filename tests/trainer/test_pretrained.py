@@ -57,7 +57,7 @@ name: real
 results_dir: {tmp_path}/results
 base:
   model: {{path: smollm2-135m-instruct}}
-  task: {{kind: arithmetic, template: boxed, scorer: math_verify}}
+  task: {{kind: arithmetic, template: boxed, scorer: math_verify_boxed}}
 methods: [DAPO]
 seeds: [0, 1]
 eval: {{steps: [2], benchmarks: [arithmetic]}}
@@ -80,7 +80,8 @@ def test_a_sweep_without_the_wheel_stops_before_any_job(monkeypatch, tmp_path):
     sweep = parse_sweep({
         "name": "real", "results_dir": str(tmp_path / "results"),
         "base": {"model": {"path": "smollm2-135m-instruct"},
-                 "task": {"kind": "arithmetic", "template": "boxed", "scorer": "math_verify"}},
+                 "task": {"kind": "arithmetic", "template": "boxed",
+                          "scorer": "math_verify_boxed"}},
         "methods": ["DAPO"], "seeds": [0], "eval": {"steps": [2], "benchmarks": ["arithmetic"]}})
     cells, _ = expand(sweep)
     real = importlib.util.find_spec

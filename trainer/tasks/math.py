@@ -16,7 +16,7 @@ from pathlib import Path
 from common.files import read_jsonl
 from common.prompts import TEMPLATES
 
-_DAPO_HEAD, _DAPO_TAIL = TEMPLATES["dapo"].split("{problem}")
+_DAPO_HEAD, _DAPO_TAIL = TEMPLATES["dapo"].text.split("{problem}")
 PROBLEM_KEYS = ("problem", "question", "prompt")
 ANSWER_KEYS = ("answer", "solution", "reward_model.ground_truth")
 
