@@ -32,7 +32,7 @@ import yaml
 from tqdm import tqdm
 
 from common.files import read_jsonl
-from common.layout import RunDir, SweepDir
+from common.layout import INITIAL_DIR, RunDir, SweepDir
 from eval.kl import KEYS as KL_KEYS
 
 # ---------------------------------------------------------------------------------------
@@ -280,17 +280,22 @@ def problem_scores(run_dir: str | Path, step: int, benchmark: str) -> dict[str, 
             for scorer, by_problem in _record_counts(path).items()}
 
 
-def problem_score_table(runs: pd.DataFrame, *, progress: bool = False) -> pd.DataFrame:
+def problem_score_table(runs: pd.DataFrame, *, initial: str | Path | None = None,
+                        progress: bool = False) -> pd.DataFrame:
     """Every per-problem score of a sweep, one row per (run_id, step, benchmark, scorer,
     problem_id) with `correct` of `samples` (SCORE_COLUMNS), from each run's per-sample
-    records (`runs`: collect()'s runs frame). It is what every interval of the report reads,
-    and what a snapshot ships (`SweepDir.problem_scores`) so the intervals can be recomputed
-    without the records."""
+    records (`runs`: collect()'s runs frame), and the initial model's (run_id INITIAL_DIR,
+    step 0) when `initial` (`SweepDir.initial.root`) holds them. It is what every interval of
+    the report reads, and what a snapshot ships (`SweepDir.problem_scores`) so the intervals
+    can be recomputed without the records."""
     rows = []
-    for r in tqdm(list(runs.itertuples()), desc="per-problem scores", disable=not progress):
-        for step, step_dir in RunDir(r.run_dir).eval_steps():
+    dirs = [(r.run_id, r.run_dir) for r in runs.itertuples()]
+    if initial is not None and Path(initial).is_dir():
+        dirs.append((INITIAL_DIR, initial))
+    for run_id, run_dir in tqdm(dirs, desc="per-problem scores", disable=not progress):
+        for step, step_dir in RunDir(run_dir).eval_steps():
             for path in sorted(step_dir.glob("*.jsonl")):
                 for scorer, by_problem in _record_counts(path).items():
-                    rows += [(r.run_id, step, path.stem, scorer, pid, c, n)
+                    rows += [(run_id, step, path.stem, scorer, pid, c, n)
                              for pid, (c, n) in by_problem.items()]
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)

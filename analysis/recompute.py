@@ -146,6 +146,7 @@ def _report_blocks(report: str, pub: Published, initial: pd.DataFrame) -> tuple[
     if pub.contrast_rows is not None and not pub.contrast_rows.empty:
         blocks += [("contrasts paragraph", contrast_paragraph(pub.contrast_rows)),
                    ("contrasts table", contrasts.markdown(pub.contrast_rows))]
+    blocks += [("accuracy by category", block) for block in pub.categories]
     for scorer, tidy in pub.tables.items():
         blocks.append((f"`{scorer}` table", render_markdown(tidy)))
         lines = initial_rows(initial, scorer)

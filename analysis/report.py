@@ -35,10 +35,15 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import contrasts
+from analysis.answers import form_table
+from analysis.answers import markdown as forms_markdown
+from analysis.categories import category_table
+from analysis.categories import markdown as category_markdown
 from analysis.collect import Collection, collect, collect_initial, problem_score_table
 from analysis.concordance import report_lines as concordance_lines
 from analysis.delta import BASELINE_METHOD, VERDICT_SCORER, DeltaOptions, Scores
 from analysis.frontier import write_frontier_plots
+from analysis.gaming import gaming_sentence, strict_scorer
 from analysis.paper import (
     load_reference,
     paper_vs_ours,
@@ -58,6 +63,7 @@ from analysis.tables import (
 )
 from analysis.verdict import contrast_paragraph, verdict_paragraph
 from common.files import write_atomic
+from common.grading import SCORERS
 from common.layout import SweepDir
 from common.metrics import metric_meta
 
@@ -331,6 +337,30 @@ def results_section(tables: dict[str, pd.DataFrame], files: dict[str, dict[str, 
     return md
 
 
+def answer_forms_section(col: Collection, opts: ReportOptions, tables_dir: Path) -> list[str]:
+    """What the answers look like (analysis.answers), for benchmarks with number answers,
+    when a strict and a lenient scorer both graded them; writes tables/answer_forms.csv."""
+    if col.eval.empty or col.runs.empty:
+        return []
+    strict = strict_scorer(col.eval, opts.verdict_scorer)
+    lenient = next((s for s in sorted(set(col.eval["scorer"]))
+                    if s in SCORERS and not SCORERS[s].strict), None)
+    if strict is None or lenient is None:
+        return []
+    table = form_table(col.runs, SweepDir(opts.sweep_dir).initial.root, strict, lenient)
+    if table.empty:
+        return []
+    table.to_csv(tables_dir / "answer_forms.csv", index=False)
+    return ["## Answer forms", "", forms_markdown(table, strict, lenient)]
+
+
+def categories_section(blocks: list[str]) -> list[str]:
+    """Accuracy by category (analysis.categories); [] when no benchmark has categories."""
+    if not blocks:
+        return []
+    return ["## Accuracy by category", "", *(line for b in blocks for line in (b.rstrip("\n"), ""))]
+
+
 def curves_section(plot_files: dict[str, list[Path]], out: Path) -> list[str]:
     md = ["## Curves", ""]
     if not plot_files:
@@ -404,6 +434,7 @@ class Published:
     tables: dict[str, pd.DataFrame]
     contrast_rows: pd.DataFrame | None
     verdict: list[str]
+    categories: list[str]  # Markdown, one per (scorer, benchmark with categories)
 
     @classmethod
     def computed(cls, eval_df: pd.DataFrame, scores: Scores, initial: pd.DataFrame,
@@ -416,7 +447,17 @@ class Published:
             tables, initial, verdict_scorer,
             lambda scorer: detectable_by_benchmark(power_rows(
                 per_run_last_best(eval_df, scorer), scores, scorer, delta.baseline)))
-        return cls(tables, rows, verdict)
+        check = gaming_sentence(eval_df, initial, verdict_scorer) if tables else ""
+        if check:
+            verdict = [f"{verdict[0]} {check}", *verdict[1:]]
+        blocks = []
+        for name in tables:
+            per_run = per_run_last_best(eval_df, name)
+            for bench in benchmark_order(per_run["benchmark"]):
+                table = category_table(per_run, scores, name, bench)
+                if not table.empty:
+                    blocks.append(category_markdown(table, name, bench))
+        return cls(tables, rows, verdict, blocks)
 
 
 def build_report(opts: ReportOptions, progress: bool = False) -> Path:
@@ -425,7 +466,8 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     col = collect(opts.sweep_dir, progress=progress)
     tables_dir, plots_dir = SweepDir(out).tables, SweepDir(out).plots
     write_tidy(col, tables_dir)
-    score_table = problem_score_table(col.runs, progress=progress)
+    score_table = problem_score_table(col.runs, initial=SweepDir(opts.sweep_dir).initial.root,
+                                      progress=progress)
     # mtime 0: the same scores give the same bytes, so a regenerated snapshot diffs clean
     score_table.to_csv(SweepDir(out).problem_scores, index=False,
                        compression={"method": "gzip", "mtime": 0})
@@ -440,6 +482,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
     labels = set(col.train.get("label", [])) | set(col.eval.get("label", []))
     frontier_files = write_frontier_plots(col.eval, plots_dir, method_colors(labels),
                                           initial=initial)
+    forms_lines = answer_forms_section(col, opts, tables_dir)
     crosscheck_head, crosscheck_section = concordance_lines(opts.sweep_dir)  # eval.crosscheck
     if contrast_rows is not None and not contrast_rows.empty:
         contrast_rows.to_csv(tables_dir / contrasts.CSV_NAME, index=False)
@@ -450,6 +493,8 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
         *contrasts_section(contrast_rows),
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),
+        *categories_section(published.categories),
+        *forms_lines,
         "## Paper vs ours",
         "",
         *_paper_section(col, opts, tables_dir, out),

@@ -109,6 +109,7 @@ def refresh(dest: Path) -> list[str]:
     Returns what it rewrote; `python -m analysis recompute` then checks the result."""
     from analysis import contrasts
     from analysis.recompute import recomputed
+    from analysis.report import categories_section
     from analysis.tables import render_markdown, write_last_best_tables
     from analysis.verdict import contrast_paragraph
 
@@ -136,6 +137,14 @@ def refresh(dest: Path) -> list[str]:
         if not hits:
             raise SystemExit(f"{snap.report}: {what} not found where a report puts it")
         done.append(f"report.md: {what}")
+    if pub.categories:  # a section older reports lack: replaced, or put before the paper's
+        section = "\n".join(categories_section(pub.categories))
+        old = re.search(r"^## Accuracy by category\n.*?(?=^## )", text, flags=re.M | re.S)
+        if old:
+            text = text[:old.start()] + section + text[old.end():]
+        else:
+            text = text.replace("## Paper vs ours\n", section + "## Paper vs ours\n", 1)
+        done.append("report.md: accuracy by category")
     snap.report.write_text(unshipped_links_dropped(text))
     return done
 

@@ -85,7 +85,7 @@ def test_a_clear_winner_and_a_clear_loser(tmp_path):
         f"({_interval(lose, dapo, p[1])}).{_detectable(root)} The warm start (the initial "
         "model, before any RL step) scores 5.00 on Toy; gain at Last over it, with the "
         "method's seed interval less that score (one evaluation, taken as fixed): DAPO +21.67 [")
-    assert text.endswith("its 95% interval lies above the warm start for DAPO, WIN.")
+    assert "its 95% interval lies above the warm start for DAPO, WIN. Grader check: " in text
     assert _interval(win, dapo).startswith("+66.67 [+")
 
 
@@ -178,7 +178,7 @@ def test_a_gain_whose_seed_interval_reaches_the_warm_start_is_not_a_rise(tmp_pat
     # start 0.30 lies inside, so +3.33 over it is not a rise at 95%; DAPO 0.25 x 3 is below
     root = _sweep(tmp_path, {"DAPO": (0.25,) * 3, "UP": (0.30, 0.35, 0.35)}, initial=0.30)
     text = _verdict(root)
-    assert text.endswith(
+    assert text.split(" Grader check: ")[0].endswith(
         "scores 30.00 on Toy; gain at Last over it, with the method's seed interval less that "
         "score (one evaluation, taken as fixed): DAPO -5.00 (the same in each of 3 seeds: no "
         "interval), UP +3.33 [-3.84, "
