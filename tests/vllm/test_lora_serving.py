@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_engine_lifecycle import RecordingLLM
 
 import common.generation.vllm as vllm_engine
 from common.generation.vllm import AdapterHandOff, sleep_level
@@ -39,33 +40,23 @@ def tiny_dir(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", LORA_TINY, progress=False)
 
 
-class ServingLLM:
+class ServingLLM(RecordingLLM):
     """Answers like `vllm.LLM` with LoRA enabled; records (call, argument) in `calls`, and
     checks that each generate's adapter folder holds peft's files."""
 
     calls: list = []
 
     def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         type(self).calls = [("init", kwargs.get("enable_lora", False))]
-        worker = SimpleNamespace(reload_weights=self._reload)
-        self.llm_engine = SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(worker=worker)),
-            remove_lora=lambda i: self.calls.append(("remove_lora", i)),
-            engine_core=SimpleNamespace(shutdown=lambda: self.calls.append(("shutdown", None))))
+        self.llm_engine.remove_lora = lambda i: self.calls.append(("remove_lora", i))
+        self.llm_engine.engine_core = SimpleNamespace(
+            shutdown=lambda: self.calls.append(("shutdown", None)))
 
     def _reload(self, weights_iterator):
         names = [n for n, _ in weights_iterator]
         assert not any("lora_" in n for n in names)  # the base, under the plain HF names
         self.calls.append(("push", len(names)))
-
-    def reset_prefix_cache(self):
-        self.calls.append(("reset_prefix_cache", None))
-
-    def sleep(self, level):
-        self.calls.append(("sleep", level))
-
-    def wake_up(self, tags=None):
-        self.calls.append(("wake_up", tags))
 
     def generate(self, requests, params, use_tqdm=False, lora_request=None):
         assert lora_request is not None
