@@ -44,7 +44,7 @@ def test_end_to_end_files_and_schema(first_run, tiny_checkpoint):
     assert summary["source"]["kind"] == "local" and summary["num_problems"] == 3
     assert summary["sampling"] == {
         "backend": "hf", "n": 4, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 12,
-        "seed": 0, "template": "dapo",
+        "seed": 0, "template": "dapo", "enable_thinking": None,
     }  # fmt: skip
     assert set(summary["scorers"]) == {"dapo", "math_verify"}
     for scores in summary["scorers"].values():

@@ -106,8 +106,11 @@ def test_vllm_samples_from_the_adapted_weights_with_lora(vllm_tiny, tmp_path, pu
 def test_served_adapters_in_bf16_keep_the_sampler_on_the_policy(vllm_tiny):
     """bfloat16, the LoRA presets' sampler: vLLM serving the adapters (perf/lora_push_gap.py,
     one engine) samples from the adapted policy: the sampler/trainer gap stays at bf16's
-    size (< 5e-3 nats per token, the no-LoRA bf16 gap is ~2e-3) and the sampler follows the
-    adapters' move (its projection >= 0.8 of the trainer's)."""
+    size and the sampler follows the adapters' move (its projection >= 0.8 of the trainer's).
+    bf16's size depends on the CPU's kernels: below 5e-3 nats per token on AVX2 hosts (the
+    no-LoRA bf16 gap ~2e-3), 5.1e-3 on an AVX512-bf16 host with native bf16 dot products
+    (measured 2026-12-06, the code before and after issue 54 alike), so the bound is 1e-2;
+    an adapter that did not reach the sampler fails `seen`, whatever the kernels."""
     import json
     import subprocess
     import sys
@@ -119,7 +122,7 @@ def test_served_adapters_in_bf16_keep_the_sampler_on_the_policy(vllm_tiny):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert row["move"] > 5 * row["gap"], row  # the adapters moved the policy well past noise
-    assert row["gap"] < 5e-3 and row["seen"] >= 0.8, row
+    assert row["gap"] < 1e-2 and row["seen"] >= 0.8, row
 
 
 def test_weight_push_stays_in_process_and_reaches_the_sampler(vllm_engine_probe):
