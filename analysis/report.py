@@ -249,8 +249,9 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
         return ["**Verdict:** no evaluations yet, so nothing to compare.", ""]
     note = ""
     if scorer not in tables:
-        note = f" (scorer `{scorer}` was not evaluated; using `{next(iter(tables))}`)"
-        scorer = next(iter(tables))
+        fallback = _verdict_scorer(tables, scorer)
+        note = f" (scorer `{scorer}` was not evaluated; using `{fallback}`)"
+        scorer = fallback
     # detectable: scorer -> {benchmark: (min, max) MDD}, from analysis.power
     spans = detectable(scorer) if detectable is not None else None
     text = verdict_paragraph(tables[scorer], initial_means(initial, scorer), spans)
@@ -258,8 +259,12 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
 
 
 def _verdict_scorer(tables: dict[str, pd.DataFrame], wanted: str) -> str | None:
-    """The scorer the verdict reads: `wanted`, else the first evaluated (None: no table)."""
-    return wanted if wanted in tables else next(iter(tables), None)
+    """The scorer the verdict reads: `wanted`, else the first strict one evaluated (a lenient
+    scorer can be gamed: common.grading), else the first evaluated (None: no table)."""
+    if wanted in tables:
+        return wanted
+    strict = [s for s in tables if s in SCORERS and SCORERS[s].strict]
+    return next(iter(strict or tables), None)
 
 
 def contrasts_section(rows: pd.DataFrame | None) -> list[str]:
