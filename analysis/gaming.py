@@ -40,8 +40,8 @@ def leads(eval_df: pd.DataFrame, initial: pd.DataFrame, strict: str) -> list[Lea
         return []
     warm = {(str(r.benchmark), str(r.scorer)): float(r.mean) for r in initial.itertuples()}
     out = []
+    mine = per_run_last_best(eval_df, strict).set_index(["run_id", "benchmark"])["last"]
     for lenient in [s for s in sorted(graded) if s in SCORERS and not SCORERS[s].strict]:
-        mine = per_run_last_best(eval_df, strict).set_index(["run_id", "benchmark"])["last"]
         theirs = per_run_last_best(eval_df, lenient).set_index(["run_id", "benchmark"])["last"]
         for (run_id, bench), value in theirs.items():
             w_strict, w_lenient = warm.get((bench, strict)), warm.get((bench, lenient))

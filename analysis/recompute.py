@@ -78,13 +78,13 @@ def missing_block(what: str, block: str, report: str) -> list[str]:
     return [f"report.md does not state the recomputed {what}: {block[:160]!r}..."]
 
 
-def _verdicts(report: str, eval_df, scores, initial, baseline: str) -> list[Published]:
-    """The report's Published under each scorer its verdict may have been asked to read: the
-    default, and the one its opening names (a `--verdict-scorer` choice)."""
+def asked_scorer(report: str) -> str:
+    """The scorer the report's verdict was asked to read: the one its opening names (a
+    `--verdict-scorer` choice), or the default when it says the default was not evaluated."""
     named = _VERDICT_SCORER.search(report)
-    wanted = [VERDICT_SCORER] + ([named.group(1)] if named else [])
-    return [Published.computed(eval_df, scores, initial, DeltaOptions(baseline), w)
-            for w in dict.fromkeys(wanted)]
+    if named is None or f"(scorer `{VERDICT_SCORER}` was not evaluated;" in report:
+        return VERDICT_SCORER
+    return named.group(1)
 
 
 def recomputed(folder: str | Path) -> tuple[Published, pd.DataFrame] | None:
@@ -97,8 +97,8 @@ def recomputed(folder: str | Path) -> tuple[Published, pd.DataFrame] | None:
         return None
     baseline = str(pd.read_csv(csvs[0])["baseline"].iloc[0])
     report = snap.report.read_text() if snap.report.is_file() else ""
-    candidates = _verdicts(report, eval_df, scores, initial, baseline)
-    return next((c for c in candidates if c.verdict[0] in report), candidates[0]), initial
+    return Published.computed(eval_df, scores, initial, DeltaOptions(baseline),
+                              asked_scorer(report)), initial
 
 
 def recompute(folder: str | Path) -> list[tuple[str, int, list[str]]]:
