@@ -119,6 +119,8 @@ _TRAIN_METRICS = [
     _m("time_update", "Update time", None, "sum", "seconds", 2, "seconds in updates"),
     _m("time_step", "Step time", None, "sum", "seconds", 2, "seconds per step"),
     _m("tokens_per_sec", "Tokens/s", True, "mean", "float", 1, "training throughput"),
+    _m("rollout_weights_step", "Sampler weights' step", None, "last", "int", 0, "the step whose weights sampled this step's rollout and recomputed its pi_old (0: the initial weights)"),
+    _m("rollout_staleness", "Rollout staleness", None, "max", "int", 0, "steps the sampler's weights lag those the step trains from (rollout.staleness, as used)"),
     _m("rollout_logprob_gap_mean", "Sampler log-prob gap", False, "mean", "float", 6, "mean |log pi_vllm - log pi_trainer| per sampled token"),
     _m("rollout_logprob_gap_max", "Max sampler log-prob gap", False, "max", "float", 6, "max |log pi_vllm - log pi_trainer| over sampled tokens"),
     _m("correction_ratio_mean", "pi_old/mu ratio", None, "mean", "float", 4, "rollout.correction: mean pi_old/mu per sampled token (1 with the hf engine)"),

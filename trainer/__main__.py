@@ -68,6 +68,10 @@ def _train(args) -> int:
     from trainer.checkpoint import DISK_FULL_EXIT_CODE, DiskFullError, UnsafeStateError
     from trainer.loop import train
 
+    if cfg.rollout.mode == "async":
+        from trainer.async_rollout import split_cpu_threads
+
+        split_cpu_threads(cfg)
     parent = read_run_id(args.parent_run_id_file)  # the sweep's parent run, if any
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent

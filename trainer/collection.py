@@ -165,12 +165,36 @@ class Collector:
         self.method = cfg.resolved_method()
         self.models, self.problems, self.sampler, self.engine = models, problems, sampler, engine
 
+    def prompt_texts(self, problems: list[dict]) -> list[str]:
+        """The prompts the engine gets for `problems` (the run's template, chat-formatted)."""
+        t = self.cfg.task
+        return [build_prompt(p["problem"], t.template, self.models.tokenizer,
+                             t.chat.enable_thinking) for p in problems]
+
+    def per_round(self) -> int:
+        """Prompts drawn per generation round. Without dynamic sampling one round is the
+        whole batch: generating gen_prompts_per_round would throw the surplus groups away
+        (and walk the data faster than the recipe)."""
+        r = self.cfg.rollout
+        if self.method.dynamic_sampling:
+            return r.gen_prompts_per_round or r.prompts_per_step
+        return r.prompts_per_step
+
+    def first_round(self, step: int) -> tuple[list[str], int]:
+        """The prompts and seed of step `step`'s first generation round (one process), read
+        without drawing them: an overlapped worker samples them ahead
+        (trainer.async_rollout), and `collect(step)` then asks for the very same."""
+        ahead = PromptSampler(self.sampler.size, self.sampler.seed)
+        ahead.load_state_dict(self.sampler.state_dict())
+        idx = ahead.take(self.per_round())
+        return (self.prompt_texts([self.problems[i] for i in idx]),
+                generation_seed(self.cfg.seed, step, 0))
+
     def generate_round(self, problems: list[dict], seed: int) -> Round:
         """Generate and score one round's problems (this rank's share of them)."""
         r, t = self.cfg.rollout, self.cfg.task
         tokenizer = self.models.tokenizer
-        texts = [build_prompt(p["problem"], t.template, tokenizer, t.chat.enable_thinking)
-                 for p in problems]
+        texts = self.prompt_texts(problems)
         gather = (distributed.unsharded(self.models.policy, self.world) if r.engine == "hf"
                   else contextlib.nullcontext())
         # model.compile compiles the layers for the log-prob and update passes; decoding one
@@ -204,11 +228,7 @@ class Collector:
         kept: list[Group] = []
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
-        # Without dynamic sampling one round is the whole batch: generating
-        # gen_prompts_per_round would throw the surplus groups away (and walk the data
-        # faster than the recipe).
-        per_round = (r.gen_prompts_per_round or r.prompts_per_step) if dynamic \
-            else r.prompts_per_step
+        per_round = self.per_round()
         share = per_round // world.size
         while True:
             idx = self.sampler.take(per_round)

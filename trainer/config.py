@@ -209,6 +209,13 @@ class RolloutConfig(_Section):
         "log-probs recomputed) by the weights step t-k started from, k weight pushes behind "
         "the trained ones; the first k+1 steps sample from the initial weights; 0 = on-policy "
         "(trainer.staleness)")
+    mode: Literal["sync", "async"] = Field(
+        "sync", description="async: the engine runs in a process of its own and samples step "
+        "t+1 while the trainer updates on step t (needs rollout.staleness >= 1; the same "
+        "metrics as the simulated staleness, in less time: trainer.async_rollout)")
+    async_threads: int = Field(
+        1, ge=1, description="async on CPU: the rollout worker's threads (the trainer's "
+        "command line gives the trainer the other cores)")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
@@ -401,6 +408,10 @@ class DebugConfig(_Section):
         None, ge=1, description="step whose HF checkpoint write sends SIGTERM to its own "
         "process (rank 0, the writer) before writing (drill: a signal landing inside a save "
         "is handled at the next step, which saves its state before exiting 75)")
+    rollout_worker_fault: tuple[int, Literal["raise", "exit"]] | None = Field(
+        None, description="[step, raise|exit]: under rollout.mode async the rollout worker "
+        "raises, or exits at once with code 17, when asked for that step's first round "
+        "(drill: a dead worker must end the job with its error)")
 
 
 class RunConfig(_Section):
@@ -457,6 +468,11 @@ class RunConfig(_Section):
                 "truncated distribution but the trainer's log-probs are full-softmax, so every "
                 f"importance weight of objective {objective.name!r} is against the wrong "
                 "behaviour policy; set rollout.top_p: 1 (eval.top_p is not affected)")
+        if self.rollout.mode == "async" and self.rollout.staleness < 1:
+            raise ValueError(
+                "rollout.mode=async samples step t+1 while step t updates, with weights "
+                "that exist before that update: set rollout.staleness >= 1 (1 = one step "
+                "off, as verl's one-step-off) or rollout.mode: sync")
         if self.rollout.overlong_buffer >= self.rollout.max_new_tokens:
             raise ValueError(f"rollout.overlong_buffer={self.rollout.overlong_buffer} must be "
                              f"< rollout.max_new_tokens={self.rollout.max_new_tokens}")

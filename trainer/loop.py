@@ -46,7 +46,7 @@ from algorithms import (
 )
 from common.files import write_atomic
 from common.layout import RunDir
-from trainer import distributed, lora, state
+from trainer import async_rollout, distributed, lora, state
 from trainer.checkpoint import Preempted, PreemptionFlag
 from trainer.collection import Collector, PromptSampler, Rollout
 from trainer.config import RunConfig, dump_run_config
@@ -55,6 +55,7 @@ from trainer.optimizers import build_optimizer
 from trainer.rollout import logprob_gap, make_engine, sampler_logprobs
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
 from trainer.setup import build_models
+from trainer.staleness import cpu_snapshot
 from trainer.tasks import load_problems
 from trainer.tracking import Tracker
 from trainer.update import Updater, learning_rate, loss_batch
@@ -123,11 +124,14 @@ class Trainer:
         self.updater = Updater(cfg, self.world, self.device, self.autocast, self.policy,
                                self.optimizer, self.ref_schedule, self.counters)
         state.resume(self)
-        self.engine = make_engine(cfg.rollout, m.sampling_model, self.tokenizer,
-                                  model_path=cfg.model.path, seed=cfg.seed,
-                                  compute_dtype=self.autocast, run_dir=self.run.root)
-        if self.global_step > 0:
-            self.engine.sync_weights(m.sampling_model)
+        if cfg.rollout.mode == "async":  # the engine in a process of its own
+            self.engine = async_rollout.start(cfg, self.lag, pushes=self.global_step)
+        else:
+            self.engine = make_engine(cfg.rollout, m.sampling_model, self.tokenizer,
+                                      model_path=cfg.model.path, seed=cfg.seed,
+                                      compute_dtype=self.autocast, run_dir=self.run.root)
+            if self.global_step > 0:
+                self.engine.sync_weights(m.sampling_model)
         self.collector = Collector(cfg, self.world, self.device, m, self.problems,
                                    self.sampler, self.engine)
         if track and self.world.main:
@@ -144,6 +148,17 @@ class Trainer:
         """The model whose weights the rollouts sample from: the trained one, or the lag's."""
         return self.models.sampling_model
 
+    def sampling_step(self, pushes: int) -> int:
+        """The step whose weights sample (and score) the next rollout after `pushes`
+        updates: the last one, or under rollout.staleness the lag's."""
+        return pushes if self.lag is None else self.lag.sampling_step(pushes)
+
+    @property
+    def overlapped(self) -> async_rollout.AsyncEngine | None:
+        """The rollout worker under rollout.mode async, else None."""
+        engine = self.engine.engine
+        return engine if isinstance(engine, async_rollout.AsyncEngine) else None
+
     # -------------------------------------------------------------- one step
 
     def step(self) -> dict:
@@ -156,10 +171,20 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.cfg.optim, self.global_step)
 
-        # -- 1. rollout + reward (dynamic sampling refills inside)
+        # -- 1. rollout + reward (dynamic sampling refills inside), sampled by the weights
+        # that score it; under rollout.mode async the worker then samples the next step
+        # while this one updates
+        scoring = self.sampling_step(self.global_step - 1)
+        sampled = self.collect_sampled_by(scoring)
         rollout = self.collect()
+        sampled = sampled() or [scoring]
+        async_rollout.check_scored_by_sampler(sampled, scoring, self.global_step)
+        if self.overlapped is not None and self.global_step < self.cfg.optim.steps:
+            self.sample_ahead(self.global_step + 1)
         t_rollout = time.perf_counter() - t0
-        metrics: dict = {"step": self.global_step, **rollout.stats}
+        metrics: dict = {"step": self.global_step, **rollout.stats,
+                         "rollout_weights_step": min(sampled),
+                         "rollout_staleness": self.global_step - 1 - min(sampled)}
         tokens = metrics.pop("response_tokens")
         learned: dict = dict.fromkeys((*LOSS_METRICS, *CORRECTION_METRICS, "grad_norm", "entropy"))
         times = {"time_logprob": 0.0, "time_update": 0.0}
@@ -181,6 +206,29 @@ class Trainer:
     def collect(self) -> Rollout:
         """Stage 1, this step's rollout + reward (trainer.collection)."""
         return self.collector.collect(self.global_step)
+
+    def collect_sampled_by(self, step: int):
+        """Before a collect: the worker holds the weights of `step` (sent if it does not).
+        Returns what gives, after the collect, the weights' step of each round the worker
+        sampled (nothing in process: the engine samples the scoring weights themselves)."""
+        worker = self.overlapped
+        if worker is None:
+            return list
+        worker.ensure(step, lambda: cpu_snapshot(self.lag.model))
+        worker.sampled_steps.clear()
+        return lambda: list(worker.sampled_steps)
+
+    def sample_ahead(self, step: int) -> None:
+        """Ask the worker for step `step`'s first round now, with the weights that step
+        samples with: the lag's next (theta_{max(step-1-k, 0)}), which exist already."""
+        worker, lag = self.overlapped, self.lag
+        due = lag.next_due()
+        weights_step = self.sampling_step(self.global_step - 1) + (due is not None)
+        worker.ensure(weights_step, lambda: due if due is not None else cpu_snapshot(lag.model))
+        prompts, seed = self.collector.first_round(step)
+        r = self.cfg.rollout
+        worker.submit(prompts, n=r.n, temperature=r.temperature, top_p=r.top_p,
+                      max_new_tokens=r.max_new_tokens, seed=seed)
 
     def learn(self, rollout: Rollout, metrics: dict) -> tuple[dict, dict]:
         """Stages 2-5 for a non-empty rollout: log-probs, advantages, the update, the push
@@ -230,7 +278,8 @@ class Trainer:
             return
         self.optimizer.zero_grad(set_to_none=True)  # as sync_weights does for self.model
         self.lag.push(self.model)
-        self.engine.sync_weights(self.lag.model)
+        if self.overlapped is None:  # the worker got these before the update (sample_ahead)
+            self.engine.sync_weights(self.lag.model)
 
     # -------------------------------------------------------------- log, save, cleanup
 

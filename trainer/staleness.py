@@ -61,6 +61,17 @@ class WeightLag:
         self.model.load_state_dict(due)
         return due
 
+    def sampling_step(self, pushes: int) -> int:
+        """The step whose weights the generation copy holds after `pushes` pushes (0: the
+        initial ones): theta_{max(pushes - k, 0)}, as the snapshots waiting say."""
+        return pushes - len(self.pending)
+
+    def next_due(self) -> dict[str, torch.Tensor] | None:
+        """What the generation copy will hold after the next push: the oldest waiting
+        snapshot once k wait, else None (it keeps its weights). An overlapped worker
+        (trainer.async_rollout) samples the next step with these before that push."""
+        return self.pending[0] if len(self.pending) == self.k else None
+
     # -------------------------------------------------------------- resume
 
     def counters(self) -> dict:

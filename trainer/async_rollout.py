@@ -1,0 +1,355 @@
+"""Generation overlapped with training (`rollout.mode: async`): the rollout engine runs in a
+process of its own and samples step t+1's batch while the trainer updates on step t's.
+
+It changes the time, not the algorithm. Under `rollout.staleness: k` (k >= 1) step t+1 is
+sampled by theta_{max(t-k, 0)} (trainer.staleness), weights that exist before step t's
+update starts, so the worker can sample step t+1 during that update. Everything else is the
+simulated staleness's own code: the trainer keeps the lagged copy that recomputes pi_old,
+the prompts and seeds are the ones the synchronous loop would draw, and the sampler's
+log-probs travel with each rollout, so an async run writes the same metrics.jsonl as the
+simulated one (tests/trainer/test_async_rollout.py). The staleness bound is kept by
+waiting, never by dropping a rollout: nothing biases which answers are trained on.
+
+Each rollout comes back tagged with the step of the weights that sampled it, and the trainer
+refuses to score it with any other weights (`check_scored_by_sampler`): an async run that
+silently scores a rollout with newer weights than those that sampled it, the failure
+async trainers elsewhere shipped, stops instead.
+
+    engine = AsyncEngine(cfg, weights_step=0, weights=snapshot)   # the worker starts
+    engine.ensure(step, lambda: state)       # the worker holds theta_step (sent if not)
+    engine.submit(prompts, n=..., seed=...)  # sampled ahead, while the caller trains
+    samples = engine.generate(prompts, n=..., seed=...)   # that result, or a new request
+    engine.sampled_steps                     # the weights' step of each result since taken
+
+The worker ignores SIGINT and SIGTERM (the trainer decides about preemption and closes it),
+dies with the trainer (PR_SET_PDEATHSIG on Linux; EOF on its pipe elsewhere), and relays its
+own error: the trainer raises it at its next wait, or reports the exit code when the worker
+died without a word.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.multiprocessing as mp
+
+from common.generation import ENGINES
+from common.generation.base import Engine, Sample
+
+# How often a wait looks at whether the worker is still alive (seconds).
+POLL_S = 0.5
+# How long `close` waits for the worker to end before it is killed (seconds).
+CLOSE_S = 30.0
+
+
+class WorkerFailed(RuntimeError):
+    """The rollout worker raised, or died; the message carries its error or exit code."""
+
+
+def check_scored_by_sampler(sampled: list[int], scoring: int, step: int) -> None:
+    """Every generation round of step `step` was sampled by the weights of step `scoring`,
+    the ones that recompute its behaviour log-probs pi_old; otherwise the importance ratio
+    would correct for the wrong lag (the trainer stops: RuntimeError)."""
+    wrong = sorted({s for s in sampled if s != scoring})
+    if wrong:
+        raise RuntimeError(
+            f"step {step}: the rollout was sampled by the weights of step(s) {wrong} but "
+            f"would be scored by those of step {scoring}: pi_old must be recomputed by the "
+            "weights that sampled (a bug in the async hand-off; docs/trainer.md \"Overlapped "
+            "rollouts\")")
+
+
+@dataclass
+class Request:
+    """One generate call: what it asks and which weights it must be sampled with."""
+
+    id: int
+    prompts: list[str]
+    n: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seed: int
+    weights_step: int
+
+    def key(self) -> tuple:
+        return (tuple(self.prompts), self.n, self.temperature, self.top_p,
+                self.max_new_tokens, self.seed, self.weights_step)
+
+
+@dataclass
+class Fault:
+    """debug.rollout_worker_fault: make the worker fail at its request for `step`'s seed
+    (`how`: raise an error, or exit at once with code 17), to test the trainer's handling."""
+
+    seed: int
+    how: str
+
+
+# ---------------------------------------------------------------------------- worker side
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends SIGKILL to this process when its parent dies (a SIGKILLed
+    trainer leaves no worker behind). Elsewhere the pipe's EOF ends it at its next read."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _build_engine(cfg, threads: int):
+    """The worker's model (loaded as the trainer loads it, adapters included) and the
+    run's engine on it."""
+    from trainer.lora import apply_lora
+    from trainer.runtime import autocast_dtype, resolve_device, tune_cpu_runtime
+    from trainer.setup import load_policy
+
+    tune_cpu_runtime()
+    torch.set_num_threads(threads)
+    device = resolve_device(cfg.model.device)
+    model, tokenizer = load_policy(cfg.model, device)
+    if cfg.model.lora:
+        apply_lora(model, cfg.model.lora)
+    model.requires_grad_(False)
+    engine = ENGINES.get(cfg.rollout.engine).for_rollout(
+        cfg.rollout, model, tokenizer, model_path=cfg.model.path, seed=cfg.seed,
+        compute_dtype=autocast_dtype(cfg.model.compute_dtype, device))
+    return model, engine
+
+
+def serve(conn, cfg, threads: int, fault: Fault | None) -> None:
+    """The worker's loop: weights in, requests in order, samples (tagged with the weights'
+    step) out; any error goes back as text before the worker exits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
+    engine = None
+    try:
+        model, engine = _build_engine(cfg, threads)
+        conn.send(("ready", os.getpid()))
+        step = None  # the step of the weights the engine holds
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:  # the trainer is gone
+                return
+            if msg[0] == "close":
+                return
+            if msg[0] == "weights":
+                step, state = msg[1], msg[2]
+                with torch.no_grad():
+                    model.load_state_dict(state)
+                engine.sync_weights(model)
+                del state
+                continue
+            req: Request = msg[1]
+            if req.weights_step != step:
+                raise RuntimeError(f"request {req.id} wants the weights of step "
+                                   f"{req.weights_step}, the worker holds step {step}")
+            if fault is not None and req.seed == fault.seed:
+                if fault.how == "exit":
+                    os._exit(17)
+                raise RuntimeError(f"debug.rollout_worker_fault: the worker fails at the "
+                                   f"request with seed {req.seed}")
+            samples = engine.generate(req.prompts, n=req.n, temperature=req.temperature,
+                                      top_p=req.top_p, max_new_tokens=req.max_new_tokens,
+                                      seed=req.seed)
+            conn.send(("samples", req.id, step, samples))
+    except BaseException:  # noqa: BLE001 - relayed whole to the trainer, which raises it
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except (BrokenPipeError, OSError):
+            pass
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+# ---------------------------------------------------------------------------- trainer side
+
+
+class AsyncEngine(Engine):
+    """The trainer's handle on the worker: an Engine whose generate returns the result of
+    a request submitted ahead when it is the same request, else asks the worker now.
+
+    cfg: the RunConfig (the worker builds its model and engine from it); the worker starts
+    on `weights` (CPU tensors), the weights of step `weights_step`; `threads`: its CPU
+    threads."""
+
+    name = "async"
+
+    def __init__(self, cfg, *, weights_step: int, weights: dict[str, torch.Tensor],
+                 threads: int = 1, fault: Fault | None = None) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=serve, name="rollout-worker", daemon=True,
+                                   args=(child, cfg, threads, fault))
+        self.process.start()
+        child.close()
+        self._next_id = 0
+        self._ahead: Request | None = None  # submitted, its result not yet taken
+        self._sent_step: int | None = None
+        self._sent_state = None  # kept alive until the worker has read it
+        self.sampled_steps: list[int] = []  # the weights' step of each result taken
+        self.pid = self._receive("ready")[1]
+        self.ensure(weights_step, lambda: weights)
+
+    @classmethod
+    def from_checkpoint(cls, path, options):  # pragma: no cover - rollouts only
+        raise NotImplementedError("the async engine serves rollouts only")
+
+    def load_weights(self, weights) -> None:  # pragma: no cover - weights go by step
+        raise NotImplementedError("the async engine takes weights by step: ensure()")
+
+    def sync_weights(self, model) -> None:
+        """Nothing: the trainer sends weights by step (`ensure`) before each request."""
+
+    # -------------------------------------------------------------- requests
+
+    def ensure(self, step: int, state: Callable[[], dict[str, torch.Tensor]]) -> None:
+        """The worker holds the weights of `step` for the requests that follow; `state()`
+        (CPU tensors, shared with the worker through shared memory) is sent only when it
+        holds another step's."""
+        if step == self._sent_step:
+            return
+        self._sent_state = state()
+        self._send(("weights", step, self._sent_state))
+        self._sent_step = step
+
+    def submit(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
+               max_new_tokens: int, seed: int) -> None:
+        """Ask for these samples now, with the weights last ensured; `generate` with the
+        same arguments returns them."""
+        self._discard_ahead()
+        self._ahead = self._request(prompts, n, temperature, top_p, max_new_tokens, seed)
+
+    def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int) -> list[list[Sample]]:
+        wanted = Request(-1, prompts, n, temperature, top_p, max_new_tokens, seed,
+                         self._sent_step)
+        if self._ahead is not None and self._ahead.key() == wanted.key():
+            req, self._ahead = self._ahead, None
+        else:
+            self._discard_ahead()
+            req = self._request(prompts, n, temperature, top_p, max_new_tokens, seed)
+        _, _, step, samples = self._receive("samples", req.id)
+        self.sampled_steps.append(step)
+        return samples
+
+    def _request(self, prompts, n, temperature, top_p, max_new_tokens, seed) -> Request:
+        if self._sent_step is None:
+            raise RuntimeError("async engine: no weights sent; call ensure() first")
+        req = Request(self._next_id, list(prompts), n, temperature, top_p, max_new_tokens,
+                      seed, self._sent_step)
+        self._next_id += 1
+        self._send(("generate", req))
+        return req
+
+    def _discard_ahead(self) -> None:
+        if self._ahead is not None:
+            self._receive("samples", self._ahead.id)
+            self._ahead = None
+
+    # -------------------------------------------------------------- the pipe
+
+    def _send(self, msg: tuple) -> None:
+        self._check_alive()
+        try:
+            self._conn.send(msg)
+        except (BrokenPipeError, OSError):
+            self._check_alive(wait_s=2.0)
+            raise
+
+    def _receive(self, kind: str, req_id: int | None = None) -> tuple:
+        """The worker's next message, which must be `kind` (for request `req_id`); raises
+        WorkerFailed with the worker's error, or when it dies without one."""
+        while True:
+            if self._conn.poll(POLL_S):
+                try:
+                    msg = self._conn.recv()
+                except EOFError:
+                    self._check_alive(wait_s=2.0)
+                    raise WorkerFailed("rollout worker closed its pipe") from None
+                if msg[0] == "error":
+                    self.process.join(timeout=5)
+                    raise WorkerFailed(f"rollout worker (pid {self.process.pid}) failed:\n"
+                                       f"{msg[1]}")
+                if msg[0] != kind or (req_id is not None and msg[1] != req_id):
+                    raise WorkerFailed(f"rollout worker answered {msg[:2]}, expected "
+                                       f"{kind} {req_id}")
+                return msg
+            self._check_alive()
+
+    def _check_alive(self, wait_s: float = 0.0) -> None:
+        if wait_s:
+            self.process.join(timeout=wait_s)
+        if not self.process.is_alive():
+            code = self.process.exitcode
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            raise WorkerFailed(f"rollout worker (pid {self.process.pid}) died ({how}) "
+                               "without reporting an error; see the job's log")
+
+    def close(self) -> None:
+        """End the worker: asked first, killed after CLOSE_S, or at once when it is still
+        sampling ahead (a preempted run regenerates that rollout on resume, the same)."""
+        if self._ahead is not None and self.process.is_alive():
+            self.process.kill()
+        if self.process.is_alive():
+            try:
+                self._conn.send(("close",))
+            except (BrokenPipeError, OSError):
+                pass
+            deadline = time.monotonic() + CLOSE_S
+            while self.process.is_alive() and time.monotonic() < deadline:
+                self.process.join(timeout=POLL_S)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(timeout=5)
+        self._conn.close()
+
+
+def start(cfg, lag, *, pushes: int):
+    """The run's RolloutEngine on a worker process, starting on the lag's weights after
+    `pushes` updates (a resumed run: its saved lag)."""
+    from trainer.collection import generation_seed
+    from trainer.rollout import RolloutEngine
+    from trainer.staleness import cpu_snapshot
+
+    fault = None
+    if cfg.debug.rollout_worker_fault is not None:
+        step, how = cfg.debug.rollout_worker_fault
+        fault = Fault(generation_seed(cfg.seed, step, 0), how)
+    engine = AsyncEngine(cfg, weights_step=lag.sampling_step(pushes),
+                         weights=cpu_snapshot(lag.model), threads=cfg.rollout.async_threads,
+                         fault=fault)
+    r = cfg.rollout
+    return RolloutEngine(engine, r.temperature, r.top_p, r.max_new_tokens)
+
+
+def split_cpu_threads(cfg) -> int | None:
+    """On CPU the worker computes with `rollout.async_threads` threads and the trainer with
+    the other cores (at least one), so the two do not fight over cores; nothing when
+    OMP_NUM_THREADS sets the trainer's count or the run is on a GPU. Returns the trainer's
+    thread count when it was set. (The command line calls this; `train()` in a library
+    keeps its caller's threads.)"""
+    from trainer.runtime import resolve_device
+
+    if os.environ.get("OMP_NUM_THREADS") or resolve_device(cfg.model.device).type != "cpu":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, (cores or 1) - cfg.rollout.async_threads)
+    torch.set_num_threads(threads)
+    return threads
