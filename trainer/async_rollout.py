@@ -110,6 +110,18 @@ def _die_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def worker_gpus(index: int, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for a worker on GPU `index` of the trainer's visible ones
+    (`visible`: the trainer's CUDA_VISIBLE_DEVICES, None when unset: all of them)."""
+    if visible is None or not visible.strip():
+        return str(index)
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if index >= len(ids):
+        raise ValueError(f"rollout.async_gpu={index}, but the job sees {len(ids)} GPU(s) "
+                         f"(CUDA_VISIBLE_DEVICES={visible}); pick one of 0..{len(ids) - 1}")
+    return ids[index]
+
+
 def _build_engine(cfg, threads: int):
     """The worker's model (loaded as the trainer loads it, adapters included) and the
     run's engine on it."""
@@ -120,7 +132,9 @@ def _build_engine(cfg, threads: int):
     tune_cpu_runtime()
     torch.set_num_threads(threads)
     device = resolve_device(cfg.model.device)
-    model, tokenizer = load_policy(cfg.model, device)
+    # vLLM holds its own weights: the worker's copy is only where they arrive, on the CPU
+    holder = device if cfg.rollout.engine == "hf" else torch.device("cpu")
+    model, tokenizer = load_policy(cfg.model, holder)
     if cfg.model.lora:
         apply_lora(model, cfg.model.lora)
     model.requires_grad_(False)
@@ -138,6 +152,9 @@ def serve(conn, cfg, threads: int, fault: Fault | None) -> None:
     _die_with_parent()
     engine = None
     try:
+        if cfg.rollout.async_gpu is not None:  # before anything initialises CUDA here
+            os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpus(
+                cfg.rollout.async_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
         model, engine = _build_engine(cfg, threads)
         conn.send(("ready", os.getpid()))
         step = None  # the step of the weights the engine holds

@@ -216,6 +216,10 @@ class RolloutConfig(_Section):
     async_threads: int = Field(
         1, ge=1, description="async on CPU: the rollout worker's threads (the trainer's "
         "command line gives the trainer the other cores)")
+    async_gpu: int | None = Field(
+        None, ge=0, description="async on GPUs: the index, among the job's visible GPUs, of "
+        "the one the rollout worker's engine runs on (null = the trainer's own, shared: size "
+        "rollout.vllm_gpu_memory_utilization for both)")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")

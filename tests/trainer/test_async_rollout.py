@@ -210,3 +210,13 @@ def test_run_config_records_the_mode(make_cfg):
     cfg = make_cfg("mode", rollout={"staleness": 1, "mode": "async", "async_threads": 2})
     again = parse_run_config(cfg.model_dump(mode="json"), "test:again")
     assert (again.rollout.mode, again.rollout.async_threads) == ("async", 2)
+
+
+def test_the_worker_gpu_is_one_of_the_jobs_visible_gpus():
+    """rollout.async_gpu picks among the trainer's visible GPUs (SLURM sets the variable to
+    the job's physical ids); the worker sets CUDA_VISIBLE_DEVICES to that one before CUDA
+    starts in its process."""
+    assert async_rollout.worker_gpus(1, None) == "1"
+    assert async_rollout.worker_gpus(1, "4,5,6") == "5"
+    with pytest.raises(ValueError, match=r"rollout.async_gpu=3, but the job sees 3 GPU\(s\)"):
+        async_rollout.worker_gpus(3, "4,5,6")

@@ -9,9 +9,11 @@ import sys
 import pytest
 
 
-def run_cli(*args: str, timeout: float = 300) -> str:
-    """`python -m <args>` in a fresh process; fails the test with its output on error."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> str:
+    """`python -m <args>` in a fresh process (`env`: variables added to this one's); fails
+    the test with its output on error."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           **(env or {})}
     proc = subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
