@@ -32,6 +32,10 @@ Stages (each a row group of the table):
      fine-tuning: step s, tokens/s, MFU, peak GiB, loss;
   d  the chunked LM head at vocabulary 151,936: the bf16 head-weight gradient's error
      against float64, and 32k positions forward+backward at 2,048-row vs 32-row chunks.
+  e  `rollout.mode: async` against the simulated `rollout.staleness: 1` it equals, on the
+     tiny model (hf engine, `python -m trainer`): the worker's engine on the second GPU when
+     the device has two (`rollout.async_gpu: 1`), else sharing the trainer's; whether the
+     metrics are equal and the wall-time ratio.
 
 MFU = 3 x the forward FLOPs the update computes (2 x the decoder's parameters per real
 token, causal attention over each row's own context, and the LM head on the response
@@ -76,12 +80,14 @@ sys.path.insert(0, str(REPO))
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989.0,
                "A100": 312.0}
 BUDGET_S = 540  # the default budget: within a device command's 10 minutes, start-up aside
-STAGE_ORDER = "dcab"  # by value per second: the head's error, the update's variants, the loops
+STAGE_ORDER = "dcabe"  # by value per second: the head's error, the update's variants, the
+# loops, the async worker
 # Estimated seconds per unit (GPU, CPU --tiny), from the H200 run's stage times (a: 52 s of
 # training and eval, c: ~2 s a step, 4 steps a variant after building its model) with a
 # margin for an H100's slower memory and each unit's start-up, compiles 28 layers for the
 # compiled rows: a budget guard, not a measurement.
-ESTIMATE_S = {"a": (120, 90), "b": (75, 25), "c": (20, 8), "c compiled": (75, 60), "d": (20, 6)}
+ESTIMATE_S = {"a": (120, 90), "b": (75, 25), "c": (20, 8), "c compiled": (75, 60), "d": (20, 6),
+              "e": (60, 60)}
 UNIT_MARGIN = 3.0  # a unit's timeout: this many times its estimate, within the budget left
 HARD_GRACE_S = 30.0  # past its timeout, a unit a signal cannot stop ends the check
 TMP_PREFIX = "gpu_check_"
@@ -275,6 +281,48 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
              "seconds": train_s + eval_s,
              "note": f"train {train_s:.0f} s + eval {eval_s:.0f} s; step median "
                      f"{median:.2f} s; Toy Mean@4 {100 * score:.2f} at step {steps[-1]}"}]
+
+
+# ---------------------------------------------------------------------------- (e) async
+
+
+def stage_async(device: Device, tiny: bool, work: Path) -> list[dict]:
+    """`rollout.mode: async` against the simulated staleness it equals (k = 1), the shipped
+    tiny model through `python -m trainer` (hf engine): the worker's engine on the job's
+    second GPU when there is one (`rollout.async_gpu: 1`), else on the trainer's. Whether
+    the two metrics.jsonl are equal (timings aside) and the wall-time ratio."""
+    import yaml
+
+    from trainer.config import parse_run_config
+
+    steps = 4 if tiny else 8
+    two = device.type == "cuda" and torch.cuda.device_count() > 1
+    rows = {}
+    seconds = {}
+    for mode in ("sync", "async"):
+        out = work / f"async-{mode}"
+        cfg = parse_run_config({
+            "run_id": mode, "out_dir": str(out), "seed": 0,
+            "model": {"path": str(TINY_MODEL), "device": device.type},
+            "rollout": {"staleness": 1, "mode": mode, "max_new_tokens": 32,
+                        "async_gpu": 1 if two else None},
+            "optim": {"steps": steps}, "tracking": {"mlflow_uri": None, "progress": False},
+        }, f"gpu_check:{mode}")
+        path = work / f"async-{mode}.yaml"
+        path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+        start = time.perf_counter()
+        run_cli(["-m", "trainer", "--config", str(path)])
+        seconds[mode] = time.perf_counter() - start
+        rows[mode] = [{k: v for k, v in json.loads(line).items()
+                       if not k.startswith("time_") and k != "tokens_per_sec"}
+                      for line in (out / "metrics.jsonl").read_text().splitlines()]
+    same = rows["sync"] == rows["async"]
+    where = "worker on GPU 1" if two else f"worker on the trainer's {device.type}"
+    return [{"stage": "e", "check": f"async vs simulated staleness 1, {steps} steps (hf)",
+             "seconds": seconds["sync"] + seconds["async"],
+             "note": f"metrics equal: {same}; wall sync {seconds['sync']:.0f} s, async "
+                     f"{seconds['async']:.0f} s ({seconds['sync'] / seconds['async']:.2f}x); "
+                     f"{where}"}]
 
 
 # ---------------------------------------------------------------------------- (b) real loop
@@ -678,6 +726,9 @@ def plan(device: Device, args, work: Path) -> list[Unit]:
         elif stage == "d":
             units.append(Unit("d", "chunked LM head", ESTIMATE_S["d"][gpu],
                               lambda: stage_head(device, args.tiny)))
+        elif stage == "e":
+            units.append(Unit("e", "async rollouts", ESTIMATE_S["e"][gpu],
+                              lambda: stage_async(device, args.tiny, work)))
     return units
 
 
@@ -773,8 +824,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device; --cpu --tiny runs the same code paths on CPU")
-    if unknown := set(args.stages) - set("abcd"):
-        sys.exit(f"gpu_check: --stages {args.stages!r}: unknown {sorted(unknown)}; use a, b, c, d")
+    if unknown := set(args.stages) - set("abcde"):
+        sys.exit(f"gpu_check: --stages {args.stages!r}: unknown {sorted(unknown)}; use a, b, c, "
+                 "d, e")
     exit_on_signals()
     device = Device(args.cpu)
     head = header(device)

@@ -28,14 +28,15 @@ def test_cpu_tiny_mode_runs_every_stage_and_prints_one_table(tmp_path):
     out = tmp_path / "rows.jsonl"
     # the CPU estimates are an idle machine's: a loaded CI runner gets a wide margin
     proc = subprocess.run([sys.executable, SCRIPT, "--cpu", "--tiny", "--steps", "1",
-                           "--stages", "abcd", "--budget-s", "900", "--unit-margin", "30",
+                           "--stages", "abcde", "--budget-s", "900", "--unit-margin", "30",
                            "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "| stage | check | s | tokens/s | MFU | peak GiB | note |" in proc.stdout
     head, rows = read_rows(out)
     assert head.startswith("gpu_check: ") and "device cpu" in head
-    by_stage = {s: [r for r in rows if r["stage"] == s] for s in "abcd"}
+    by_stage = {s: [r for r in rows if r["stage"] == s] for s in "abcde"}
+    assert "metrics equal: True" in by_stage["e"][0]["note"], by_stage["e"]
     assert "Toy Mean@4" in by_stage["a"][0]["note"]
     assert len(by_stage["b"]) == 2 and "LoRA" in by_stage["b"][1]["check"]
     assert all("rollout" in r["note"] and r["seconds"] > 0 for r in by_stage["b"])

@@ -148,6 +148,35 @@ def test_a_preempted_async_run_resumes_to_the_uninterrupted_one(make_cfg):
     assert_same_run(full, resumed, 4)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals a process group")
+def test_sigterm_to_the_whole_job_saves_exits_75_and_resumes_the_same(make_cfg, tmp_path):
+    """As a scheduler preempts: SIGTERM to every process of the job. The worker ignores it,
+    the trainer saves its state at the step's end and exits 75 (the worker ended with it),
+    and the rerun finishes equal to an uninterrupted run."""
+    common = {"rollout": {**SMALL, "staleness": 1, "mode": "async"},
+              "optim": {"steps": 5, "lr": 1e-2}}
+    full = train(make_cfg("full", **common))
+    cfg = make_cfg("preempted", debug={"sleep_per_step_s": 1.0}, **common)
+    path = tmp_path / "preempted.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # as in-process
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "--config", str(path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    metrics = Path(cfg.out_dir) / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.2)
+    workers = {c for c in children(proc.pid) if is_worker(c)}
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75, proc.stderr.read()
+    assert (Path(cfg.out_dir) / "state").is_dir()
+    assert not any(Path(f"/proc/{w}").exists() and is_worker(w) for w in workers)
+    resumed = train(make_cfg("preempted", **common))
+    assert_same_run(full, resumed, 5)
+
+
 def children(pid: int) -> set[int]:
     out = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
