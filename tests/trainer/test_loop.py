@@ -29,6 +29,7 @@ CANONICAL = {
     "clip_frac_lower", "clip_frac_dual", "pg_loss", "kl_loss", "loss", "groups_kept",
     "groups_dropped", "gen_batches", "grad_norm", "lr", "time_rollout", "time_logprob",
     "time_update", "time_step", "tokens_per_sec", "nonfinite_skips", "ref_updates",
+    "rollout_weights_step", "rollout_staleness",
     "rollout_logprob_gap_mean", "rollout_logprob_gap_max", "correction_ratio_mean",
     "correction_ratio_max", "correction_frac_truncated", "correction_frac_masked",
     "correction_ess", "correction_kl_mu_old",

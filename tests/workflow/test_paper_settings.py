@@ -87,7 +87,9 @@ SWEEPS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob("*.yaml
 ABLATIONS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config/ablations").glob("*.yaml"))
 # Pairs the sweep refuses by design, before any job, with what the error names: stale
 # rollouts run on one process, the paper preset trains on 8 GPUs (FSDP2).
-REFUSED = {("config/paper.yaml", "config/ablations/staleness.yaml"): "not supported under FSDP2"}
+REFUSED = {("config/paper.yaml", "config/ablations/staleness.yaml"): "not supported under FSDP2",
+           ("config/paper.yaml", "config/ablations/staleness-async.yaml"):
+               "not supported under FSDP2"}
 PRESETS = [files for files in
            ([(f,) for f in SWEEPS]
             + [("config/paper.yaml", f) for f in PAPER_OVERLAYS]

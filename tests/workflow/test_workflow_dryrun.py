@@ -57,6 +57,7 @@ SHIPPED = dict([
     overlay("schedule-free", 6),
     overlay("mismatch", 108),
     overlay("staleness", 54),
+    overlay("staleness-async", 36),
     overlay("lora", 72),
     overlay("axes-grid", 144),
 ])
