@@ -209,7 +209,6 @@ def expand(sweep: SweepConfig, source: str = "<config>") -> tuple[list[Cell], li
     """All cells of `sweep` and the notes explaining collapsed axes and dropped cells."""
     axes = _jsonable(sweep.axes)
     _check_values(axes, source)
-    check_staleness_world(sweep, source)
     notes: list[str] = []
     cells: list[Cell] = []
     seen: dict[tuple, str] = {}
@@ -272,18 +271,6 @@ def model_settings(cell: Cell) -> tuple[dict, dict]:
         return {"lora": None}, {}
     settings = {k: v for k, v in value.items() if k in ("rank", "alpha") and v is not None}
     return {"lora": settings}, ({"lr": value["lr"]} if value.get("lr") is not None else {})
-
-
-def check_staleness_world(sweep: SweepConfig, source: str) -> None:
-    """Stale rollouts run on one process (trainer.staleness): refuse them with a multi-GPU
-    train job at parse time instead of in every job."""
-    train = sweep.resources.train
-    ks = [*(sweep.axes.staleness or []), (sweep.base.get("rollout") or {}).get("staleness", 0)]
-    if (train.gpus > 1 or train.nodes > 1) and any(ks):
-        raise SweepError(f"{source}: rollout.staleness > 0 (axes.staleness or base.rollout) is "
-                         f"not supported under FSDP2 yet, and resources.train asks for "
-                         f"{train.gpus} GPUs x {train.nodes} nodes: drop the staleness or train "
-                         "on one GPU")
 
 
 def reference_settings(cell: Cell) -> dict | None:

@@ -101,7 +101,7 @@ class Axes(Strict):
         None, description="rollout.correction.mode values (algorithms.correction); every method")
     staleness: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, description="rollout.staleness values (trainer.staleness: the sampler k weight "
-        "pushes behind), any method; one process per train job")
+        "pushes behind), any method, at any world size")
     lora: list[LoraAxis | None] | None = Field(
         None, description="model.lora settings (null = full fine-tuning), any method")
 
@@ -207,7 +207,8 @@ class MlflowSpec(Strict):
 class JobResources(Strict):
     """Per-job resources for a cluster profile; runtime grows linearly with the attempt."""
 
-    gpus: int = Field(0, ge=0, description="GPUs per node (train: one FSDP2 rank each)")
+    gpus: int = Field(0, ge=0, description="GPUs per node (train: one FSDP2 rank each, but the "
+                      "last base.rollout.gpus: the async rollout worker's)")
     nodes: int = Field(1, ge=1, description="train: nodes per job (torchrun rendezvous via srun)")
     cpus: int = Field(1, ge=1)
     mem_mb: int = Field(4000, ge=100)

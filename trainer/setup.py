@@ -26,7 +26,7 @@ from trainer.logprobs import PolicyLogProbs, pack
 from trainer.parallelize import check_attention, parallelize
 from trainer.reference import Reference
 from trainer.runtime import torch_dtype
-from trainer.staleness import WeightLag, check_world
+from trainer.staleness import WeightLag
 
 
 def load_device(world, device: torch.device) -> torch.device:
@@ -111,10 +111,10 @@ def build_models(cfg: RunConfig, world, device: torch.device,
                              empty=world.distributed, adapters=peft is not None,
                              **ref_settings.model_dump(exclude={"schedule"}))
     k = cfg.rollout.staleness
-    check_world(k, world.distributed)
     # Stale rollouts (trainer.staleness): a generation copy of the initial weights that
-    # samples and recomputes the behaviour log-probs; none (and no copy) at k = 0.
-    lag = WeightLag(model, k) if k else None
+    # samples and recomputes the behaviour log-probs (under FSDP2 sharded, filled from
+    # rank 0 like the reference); none (and no copy) at k = 0.
+    lag = WeightLag(model, k, empty=world.distributed) if k else None
     full = distributed.full_state_on_rank0(PolicyLogProbs(model), world)
     setup = functools.partial(parallelize, model_cfg=m, world=world, device_type=device.type,
                               compute_dtype=autocast)
@@ -130,6 +130,9 @@ def build_models(cfg: RunConfig, world, device: torch.device,
         if copy is not None:
             distributed.load_from_rank0(ref_policy, full, world, device,
                                         offload=m.reference_offload)
+        if lag is not None:
+            distributed.load_from_rank0(behaviour_policy, full, world, device)
+            roots.append(behaviour_policy)
         del full
         # FSDP2 sets itself up at the root's first forward; generation calls the inner
         # model's layers directly, so run one root forward before any of that.

@@ -14,8 +14,14 @@ no older ones). The behaviour log-probs (pi_old) are recomputed by the same stal
 The queue holds at most k snapshots (state dicts on the CPU, so GPU memory pays for one
 copy of the model only); it and the generation copy are part of the resume state
 (`state_dict` / `load_state_dict`). `push` returns what became due, the weights a
-generator on another device would be sent: the same code path serves a later overlap of
-generation with training (docs/trainer.md "Stale rollouts").
+generator on another device would be sent: the same code path serves the overlap of
+generation with training (trainer.async_rollout, docs/trainer.md "Stale rollouts").
+
+Under FSDP2 (several ranks) the generation copy is sharded like the policy (its shards
+filled from rank 0's weights at set-up, as the reference's are) and each rank queues only
+its own shards: a snapshot is a rank's slice, a push copies slices into slices, and the
+resume state saves them as DTensors so DCP can reshard them. `full_weights` and
+`full_next_due` gather whole tensors (a collective) for a worker that samples elsewhere.
 """
 
 from __future__ import annotations
@@ -24,30 +30,58 @@ import copy
 from collections import deque
 
 import torch
+from torch.distributed.tensor import DTensor
+
+from trainer.distributed import meta_twin
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a state-dict entry: its shard of a DTensor, else the tensor."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def cpu_snapshot(model) -> dict[str, torch.Tensor]:
-    """A copy of every state-dict entry on the CPU (a clone even when already there)."""
-    return {name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()}
+    """A copy of every state-dict entry on the CPU (a clone even when already there); under
+    FSDP2 this rank's shards only."""
+    return {name: local(t).detach().to("cpu", copy=True)
+            for name, t in model.state_dict().items()}
 
 
-def check_world(staleness: int, distributed: bool) -> None:
-    """Staleness keeps a full, unsharded generation copy and CPU snapshots: one process
-    only for now (the FSDP2 resume state would need the lag sharded too)."""
-    if staleness and distributed:
-        raise ValueError(f"rollout.staleness={staleness} is not supported under FSDP2 "
-                         "(torchrun with several ranks) yet: set rollout.staleness: 0 or "
-                         "train on one process (resources.train.gpus <= 1)")
+def as_saved(snapshot: dict[str, torch.Tensor], like: dict[str, torch.Tensor]) -> dict:
+    """A snapshot as DCP saves it: a rank's slices as DTensors shaped like the state dict
+    `like` (moved to its device while saved), plain tensors on one process."""
+    out = {}
+    for name, t in snapshot.items():
+        spec = like[name]
+        out[name] = (DTensor.from_local(t.to(spec.device), spec.device_mesh, spec.placements,
+                                        run_check=False, shape=spec.shape, stride=spec.stride())
+                     if isinstance(spec, DTensor) else t)
+    return out
+
+
+def gathered(snapshot: dict[str, torch.Tensor], like: dict[str, torch.Tensor], *,
+             keep: bool = True) -> dict:
+    """Whole CPU tensors from every rank's slices (a collective, one tensor at a time: every
+    rank calls it; only where `keep`, rank 0's, are they kept: {} elsewhere)."""
+    out = {}
+    for name, t in as_saved(snapshot, like).items():
+        whole = t.full_tensor() if isinstance(t, DTensor) else t
+        if keep:
+            out[name] = whole.cpu()
+    return out
 
 
 class WeightLag:
     """A generation copy of the model that lags the trained one by `k` weight pushes."""
 
-    def __init__(self, model, k: int) -> None:
+    def __init__(self, model, k: int, *, empty: bool = False) -> None:
+        """`empty`: a meta-device twin (no storage) whose FSDP2 shards set-up fills from
+        rank 0 (trainer.setup), as for the reference."""
         if k < 1:
             raise ValueError(f"rollout.staleness={k}: a lag needs k >= 1 (k = 0 needs none)")
         self.k = k
-        self.model = copy.deepcopy(model).requires_grad_(False)  # theta_0 until k pushes wait
+        twin = meta_twin(model) if empty else copy.deepcopy(model)
+        self.model = twin.requires_grad_(False)  # theta_0 until k pushes wait
         self.pending: deque[dict[str, torch.Tensor]] = deque()  # oldest first, at most k
 
     def push(self, trained) -> dict[str, torch.Tensor] | None:
@@ -58,8 +92,14 @@ class WeightLag:
         if len(self.pending) <= self.k:
             return None
         due = self.pending.popleft()
-        self.model.load_state_dict(due)
+        self._load(due)
         return due
+
+    @torch.no_grad()
+    def _load(self, snapshot: dict[str, torch.Tensor]) -> None:
+        """Copy a snapshot (this rank's slices under FSDP2) into the generation copy."""
+        for name, t in self.model.state_dict().items():
+            local(t).copy_(snapshot[name])
 
     def sampling_step(self, pushes: int) -> int:
         """The step whose weights the generation copy holds after `pushes` pushes (0: the
@@ -72,6 +112,23 @@ class WeightLag:
         (trainer.async_rollout) samples the next step with these before that push."""
         return self.pending[0] if len(self.pending) == self.k else None
 
+    def next_sampling_step(self, pushes: int) -> int:
+        """`sampling_step` after one more push (what `next_due` will make it)."""
+        return self.sampling_step(pushes) + (self.next_due() is not None)
+
+    def full_weights(self, *, keep: bool = True) -> dict[str, torch.Tensor]:
+        """The generation copy's whole weights on the CPU (a collective under FSDP2: every
+        rank calls it, those with `keep` get them)."""
+        return gathered(cpu_snapshot(self.model), self.model.state_dict(), keep=keep)
+
+    def full_after_push(self, *, keep: bool = True) -> dict[str, torch.Tensor]:
+        """The whole weights the generation copy will hold after the next push (`next_due`
+        once k wait, else its own), as `full_weights`."""
+        due = self.next_due()
+        if due is None:
+            return self.full_weights(keep=keep)
+        return gathered(due, self.model.state_dict(), keep=keep)
+
     # -------------------------------------------------------------- resume
 
     def counters(self) -> dict:
@@ -79,18 +136,25 @@ class WeightLag:
         return {"k": self.k, "pending": len(self.pending)}
 
     def state_dict(self) -> dict:
-        """The generation copy's weights and the waiting snapshots, as plain CPU tensors."""
-        return {"generator": cpu_snapshot(self.model),
-                "pending": {str(i): s for i, s in enumerate(self.pending)}}
+        """The generation copy's weights and the waiting snapshots (DTensors under FSDP2)."""
+        like = self.model.state_dict()
+        return {"generator": as_saved(cpu_snapshot(self.model), like),
+                "pending": {str(i): as_saved(s, like) for i, s in enumerate(self.pending)}}
 
     def templates(self, pending: int) -> dict:
         """Tensors shaped like a saved `state_dict` with `pending` snapshots, to load into."""
-        return {"generator": cpu_snapshot(self.model),
-                "pending": {str(i): cpu_snapshot(self.model) for i in range(pending)}}
+        like = self.model.state_dict()
+        return {"generator": as_saved(cpu_snapshot(self.model), like),
+                "pending": {str(i): as_saved(cpu_snapshot(self.model), like)
+                            for i in range(pending)}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["generator"])
-        self.pending = deque(state["pending"][str(i)] for i in range(len(state["pending"])))
+        def slices(saved: dict) -> dict:
+            return {name: local(t).to("cpu", copy=True) for name, t in saved.items()}
+
+        self._load(slices(state["generator"]))
+        self.pending = deque(slices(state["pending"][str(i)])
+                             for i in range(len(state["pending"])))
 
 
 def check_resume(saved: dict | None, staleness: int) -> None:

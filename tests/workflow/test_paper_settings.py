@@ -12,7 +12,7 @@ import yaml
 
 from sweep.expand import expand
 from sweep.runconfig import merged, run_config
-from sweep.spec import SweepConfig, SweepError, load_sweep
+from sweep.spec import SweepConfig, load_sweep
 from trainer.config import parse_run_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,16 +85,8 @@ PAPER_OVERLAYS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob
 SWEEPS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob("*.yaml")
                 if str(p.relative_to(REPO)) not in PAPER_OVERLAYS)
 ABLATIONS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config/ablations").glob("*.yaml"))
-# Pairs the sweep refuses by design, before any job, with what the error names: stale
-# rollouts run on one process, the paper preset trains on 8 GPUs (FSDP2).
-REFUSED = {("config/paper.yaml", "config/ablations/staleness.yaml"): "not supported under FSDP2",
-           ("config/paper.yaml", "config/ablations/staleness-async.yaml"):
-               "not supported under FSDP2"}
-PRESETS = [files for files in
-           ([(f,) for f in SWEEPS]
-            + [("config/paper.yaml", f) for f in PAPER_OVERLAYS]
-            + [(b, f) for f in ABLATIONS for b in ("config/default.yaml", "config/paper.yaml")])
-           if files not in REFUSED]
+PRESETS = ([(f,) for f in SWEEPS] + [("config/paper.yaml", f) for f in PAPER_OVERLAYS]
+           + [(b, f) for f in ABLATIONS for b in ("config/default.yaml", "config/paper.yaml")])
 CLIP_FIELDS = ("eps_low", "eps_high", "dual_c")
 DEFAULT_CLIP_METHOD = "RPG-REINFORCE-URKL"  # the paper's clip (Sec. 5), for methods without rows
 
@@ -114,12 +106,6 @@ def test_every_config_is_a_sweep_or_an_overlay():
     shipped = {str(p.relative_to(REPO)) for p in (REPO / "config").rglob("*.yaml")}
     assert shipped == covered
     assert set(table_clip(DEFAULT_CLIP_METHOD)) == set(CLIP_FIELDS)
-
-
-@pytest.mark.parametrize("files", sorted(REFUSED))
-def test_a_refused_pair_is_refused_at_expansion(files):
-    with pytest.raises(SweepError, match=REFUSED[files]):
-        expand(overlaid(*files))
 
 
 @pytest.mark.parametrize("files", PRESETS, ids=lambda f: "+".join(x.split("/")[-1] for x in f))
