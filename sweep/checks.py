@@ -40,6 +40,28 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
     for cfg in configs[:1]:  # the task section is the base's: the same in every cell
         check_reward(cfg["task"], source)
         check_crosscheck_prompt(sweep, cfg["task"], source)
+    check_rollout_gpus(sweep, configs, source)
+
+
+def check_rollout_gpus(sweep: SweepConfig, configs: list[dict], source: str) -> None:
+    """rollout.gpus splits a train job's GPUs (resources.train.gpus, all of them) between
+    the async rollout worker and the trainer's ranks: the launch command is one for every
+    cell, so the split must be the base's, and leave the trainer at least one GPU."""
+    worker = sweep.base.get("rollout", {}).get("gpus", 0)
+    for cfg in configs:
+        if cfg["rollout"]["gpus"] != worker:
+            raise SweepError(f"{source}: cell {cfg['run_id']}: rollout.gpus="
+                             f"{cfg['rollout']['gpus']} differs from the base's {worker}; the "
+                             "train jobs' launch is one for all cells: set it in base only")
+    gpus = sweep.resources.train.gpus
+    if worker and worker >= gpus:
+        raise SweepError(f"{source}: base.rollout.gpus={worker} leaves the trainer none of "
+                         f"resources.train.gpus={gpus} (which counts both): raise "
+                         "resources.train.gpus or lower rollout.gpus")
+    if worker and sweep.resources.train.nodes > 1:
+        raise SweepError(f"{source}: base.rollout.gpus={worker} with resources.train.nodes="
+                         f"{sweep.resources.train.nodes}: the rollout worker runs beside rank "
+                         "0 on one node; train on one node or set rollout.gpus: 0")
 
 
 def check_crosscheck_prompt(sweep: SweepConfig, task: dict, source: str) -> None:

@@ -84,8 +84,12 @@ def train_command(sweep: SweepConfig) -> str:
     """The trainer's launch command for one train job: `python -m trainer`, or, when the
     sweep gives a train job several GPUs, one process per GPU under torchrun (FSDP2) via
     `trainer.launch` (torchrun with the trainer's exit code 75 on preemption); with
-    eval.group: train, `python -m sweep.job` (training, then the evaluation after `--`)."""
+    eval.group: train, `python -m sweep.job` (training, then the evaluation after `--`).
+    Under `rollout.gpus: g` (async) the job's last g GPUs are the rollout worker's, which
+    rank 0 starts: torchrun gets the others (checks.check_rollout_gpus)."""
     gpus, nodes = sweep.resources.train.gpus, sweep.resources.train.nodes
+    # an async rollout worker's GPUs (rollout.gpus) are the job's too, not the trainer's
+    gpus -= sweep.base.get("rollout", {}).get("gpus", 0)
     if sweep.eval.group == "train":  # one process (the sweep refuses several GPUs here)
         return "python -m sweep.job"
     if nodes > 1:  # one launcher per node, rendezvous from SLURM's environment

@@ -15,11 +15,19 @@ refuses to score it with any other weights (`check_scored_by_sampler`): an async
 silently scores a rollout with newer weights than those that sampled it, the failure
 async trainers elsewhere shipped, stops instead.
 
-    engine = AsyncEngine(cfg, weights_step=0, weights=snapshot)   # the worker starts
-    engine.ensure(step, lambda: state)       # the worker holds theta_step (sent if not)
-    engine.submit(prompts, n=..., seed=...)  # sampled ahead, while the caller trains
-    samples = engine.generate(prompts, n=..., seed=...)   # that result, or a new request
-    engine.sampled_steps                     # the weights' step of each result since taken
+    rollouts = start(cfg, lag, pushes=0, world=world)   # rank 0 starts the worker
+    rollouts.ensure(step, lag.full_weights)  # the worker holds theta_step (sent if not)
+    rollouts.submit(parts, n=...)            # sampled ahead, while the ranks train
+    samples = rollouts.generate(prompts, n=..., seed=...)  # that result, or a new request
+    rollouts.sampled_steps                   # the weights' step of each result since taken
+
+Under FSDP2 (several ranks) rank 0 owns the one worker: each generate gathers every rank's
+share (its prompts and seed) to rank 0, the worker samples each share as that rank would
+(the same prompts and seed, so the same samples), and each rank gets its own back
+(`AsyncRollouts`). Weights are gathered whole from the sharded lag (a collective) and sent
+by rank 0. On GPUs `rollout.gpus: g` gives the worker the job's last g GPUs (vLLM tensor
+parallel over them, weights reloaded from a safetensors folder through vLLM's
+`collective_rpc("reload_weights")`), and the trainer's torchrun the others.
 
 The worker ignores SIGINT and SIGTERM (the trainer decides about preemption and closes it),
 dies with the trainer (PR_SET_PDEATHSIG on Linux; EOF on its pipe elsewhere), and relays its
@@ -43,6 +51,7 @@ import torch.multiprocessing as mp
 
 from common.generation import ENGINES
 from common.generation.base import Engine, Sample
+from trainer import distributed
 
 # How often a wait looks at whether the worker is still alive (seconds).
 POLL_S = 0.5
@@ -72,17 +81,16 @@ class Request:
     """One generate call: what it asks and which weights it must be sampled with."""
 
     id: int
-    prompts: list[str]
+    parts: list[tuple[list[str], int]]  # (prompts, seed): one rank's share each
     n: int
     temperature: float
     top_p: float
     max_new_tokens: int
-    seed: int
     weights_step: int
 
     def key(self) -> tuple:
-        return (tuple(self.prompts), self.n, self.temperature, self.top_p,
-                self.max_new_tokens, self.seed, self.weights_step)
+        return (tuple((tuple(p), seed) for p, seed in self.parts), self.n, self.temperature,
+                self.top_p, self.max_new_tokens, self.weights_step)
 
 
 @dataclass
@@ -110,16 +118,28 @@ def _die_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def worker_gpus(index: int, visible: str | None) -> str:
-    """CUDA_VISIBLE_DEVICES for a worker on GPU `index` of the trainer's visible ones
-    (`visible`: the trainer's CUDA_VISIBLE_DEVICES, None when unset: all of them)."""
-    if visible is None or not visible.strip():
-        return str(index)
-    ids = [v.strip() for v in visible.split(",") if v.strip()]
-    if index >= len(ids):
-        raise ValueError(f"rollout.async_gpu={index}, but the job sees {len(ids)} GPU(s) "
-                         f"(CUDA_VISIBLE_DEVICES={visible}); pick one of 0..{len(ids) - 1}")
-    return ids[index]
+# torchrun's variables: the worker is not a rank, and vLLM must not take it for one
+TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
+
+
+def worker_gpus(count: int, visible: str | None, *, device_count: int,
+                trainer_gpus: int) -> str:
+    """CUDA_VISIBLE_DEVICES for a worker on the last `count` of the job's GPUs on this node
+    (`visible`: the trainer's CUDA_VISIBLE_DEVICES, None when unset: all `device_count`),
+    after the `trainer_gpus` its ranks use (cuda:0 .. cuda:trainer_gpus-1)."""
+    ids = ([v.strip() for v in visible.split(",") if v.strip()]
+           if visible is not None and visible.strip() else [str(i) for i in range(device_count)])
+    if count + trainer_gpus > len(ids):
+        raise ValueError(
+            f"rollout.gpus={count} and {trainer_gpus} trainer rank(s) on this node need "
+            f"{count + trainer_gpus} GPUs, but the job sees {len(ids)} "
+            f"(CUDA_VISIBLE_DEVICES={visible}); lower rollout.gpus, or give the job more "
+            "(resources.train.gpus counts the trainer's and the worker's)")
+    return ",".join(ids[-count:])
 
 
 def _build_engine(cfg, threads: int):
@@ -144,17 +164,19 @@ def _build_engine(cfg, threads: int):
     return model, engine
 
 
-def serve(conn, cfg, threads: int, fault: Fault | None) -> None:
+def serve(conn, cfg, threads: int, fault: Fault | None, cuda_devices: str | None) -> None:
     """The worker's loop: weights in, requests in order, samples (tagged with the weights'
-    step) out; any error goes back as text before the worker exits."""
+    step, one list per share) out; any error goes back as text before the worker exits.
+    `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the trainer's, inherited)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent()
+    for name in TORCHRUN_ENV:
+        os.environ.pop(name, None)
     engine = None
     try:
-        if cfg.rollout.async_gpu is not None:  # before anything initialises CUDA here
-            os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpus(
-                cfg.rollout.async_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if cuda_devices is not None:  # before anything initialises CUDA here
+            os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
         model, engine = _build_engine(cfg, threads)
         conn.send(("ready", os.getpid()))
         step = None  # the step of the weights the engine holds
@@ -176,15 +198,17 @@ def serve(conn, cfg, threads: int, fault: Fault | None) -> None:
             if req.weights_step != step:
                 raise RuntimeError(f"request {req.id} wants the weights of step "
                                    f"{req.weights_step}, the worker holds step {step}")
-            if fault is not None and req.seed == fault.seed:
-                if fault.how == "exit":
-                    os._exit(17)
-                raise RuntimeError(f"debug.rollout_worker_fault: the worker fails at the "
-                                   f"request with seed {req.seed}")
-            samples = engine.generate(req.prompts, n=req.n, temperature=req.temperature,
-                                      top_p=req.top_p, max_new_tokens=req.max_new_tokens,
-                                      seed=req.seed)
-            conn.send(("samples", req.id, step, samples))
+            results = []
+            for prompts, seed in req.parts:
+                if fault is not None and seed == fault.seed:
+                    if fault.how == "exit":
+                        os._exit(17)
+                    raise RuntimeError(f"debug.rollout_worker_fault: the worker fails at the "
+                                       f"request with seed {seed}")
+                results.append(engine.generate(
+                    prompts, n=req.n, temperature=req.temperature, top_p=req.top_p,
+                    max_new_tokens=req.max_new_tokens, seed=seed))
+            conn.send(("samples", req.id, step, results))
     except BaseException:  # noqa: BLE001 - relayed whole to the trainer, which raises it
         try:
             conn.send(("error", traceback.format_exc()))
@@ -198,41 +222,32 @@ def serve(conn, cfg, threads: int, fault: Fault | None) -> None:
 # ---------------------------------------------------------------------------- trainer side
 
 
-class AsyncEngine(Engine):
-    """The trainer's handle on the worker: an Engine whose generate returns the result of
-    a request submitted ahead when it is the same request, else asks the worker now.
+class AsyncEngine:
+    """The process's handle on the worker (rank 0's under FSDP2): a generate returns the
+    result of the request submitted ahead when it is the same request, else asks the
+    worker now.
 
     cfg: the RunConfig (the worker builds its model and engine from it); the worker starts
     on `weights` (CPU tensors), the weights of step `weights_step`; `threads`: its CPU
-    threads."""
-
-    name = "async"
+    threads; `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the trainer's)."""
 
     def __init__(self, cfg, *, weights_step: int, weights: dict[str, torch.Tensor],
-                 threads: int = 1, fault: Fault | None = None) -> None:
+                 threads: int = 1, fault: Fault | None = None,
+                 cuda_devices: str | None = None) -> None:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=serve, name="rollout-worker", daemon=True,
-                                   args=(child, cfg, threads, fault))
+        # vLLM's tensor parallel starts processes of its own, which a daemon may not
+        self.process = ctx.Process(target=serve, name="rollout-worker",
+                                   daemon=cfg.rollout.gpus <= 1,
+                                   args=(child, cfg, threads, fault, cuda_devices))
         self.process.start()
         child.close()
         self._next_id = 0
         self._ahead: Request | None = None  # submitted, its result not yet taken
         self._sent_step: int | None = None
         self._sent_state = None  # kept alive until the worker has read it
-        self.sampled_steps: list[int] = []  # the weights' step of each result taken
         self.pid = self._receive("ready")[1]
         self.ensure(weights_step, lambda: weights)
-
-    @classmethod
-    def from_checkpoint(cls, path, options):  # pragma: no cover - rollouts only
-        raise NotImplementedError("the async engine serves rollouts only")
-
-    def load_weights(self, weights) -> None:  # pragma: no cover - weights go by step
-        raise NotImplementedError("the async engine takes weights by step: ensure()")
-
-    def sync_weights(self, model) -> None:
-        """Nothing: the trainer sends weights by step (`ensure`) before each request."""
 
     # -------------------------------------------------------------- requests
 
@@ -246,31 +261,31 @@ class AsyncEngine(Engine):
         self._send(("weights", step, self._sent_state))
         self._sent_step = step
 
-    def submit(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
-               max_new_tokens: int, seed: int) -> None:
-        """Ask for these samples now, with the weights last ensured; `generate` with the
-        same arguments returns them."""
+    def submit(self, parts: list[tuple[list[str], int]], *, n: int, temperature: float,
+               top_p: float, max_new_tokens: int) -> None:
+        """Ask for these shares' samples now, with the weights last ensured; `generate`
+        with the same arguments returns them."""
         self._discard_ahead()
-        self._ahead = self._request(prompts, n, temperature, top_p, max_new_tokens, seed)
+        self._ahead = self._request(parts, n, temperature, top_p, max_new_tokens)
 
-    def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int) -> list[list[Sample]]:
-        wanted = Request(-1, prompts, n, temperature, top_p, max_new_tokens, seed,
-                         self._sent_step)
+    def generate(self, parts: list[tuple[list[str], int]], *, n: int, temperature: float,
+                 top_p: float, max_new_tokens: int) -> tuple[int, list[list[list[Sample]]]]:
+        """The samples of each share (prompt-major groups of n), and the step of the
+        weights that sampled them."""
+        wanted = Request(-1, parts, n, temperature, top_p, max_new_tokens, self._sent_step)
         if self._ahead is not None and self._ahead.key() == wanted.key():
             req, self._ahead = self._ahead, None
         else:
             self._discard_ahead()
-            req = self._request(prompts, n, temperature, top_p, max_new_tokens, seed)
-        _, _, step, samples = self._receive("samples", req.id)
-        self.sampled_steps.append(step)
-        return samples
+            req = self._request(parts, n, temperature, top_p, max_new_tokens)
+        _, _, step, results = self._receive("samples", req.id)
+        return step, results
 
-    def _request(self, prompts, n, temperature, top_p, max_new_tokens, seed) -> Request:
+    def _request(self, parts, n, temperature, top_p, max_new_tokens) -> Request:
         if self._sent_step is None:
             raise RuntimeError("async engine: no weights sent; call ensure() first")
-        req = Request(self._next_id, list(prompts), n, temperature, top_p, max_new_tokens,
-                      seed, self._sent_step)
+        req = Request(self._next_id, [(list(p), seed) for p, seed in parts], n, temperature,
+                      top_p, max_new_tokens, self._sent_step)
         self._next_id += 1
         self._send(("generate", req))
         return req
@@ -338,22 +353,99 @@ class AsyncEngine(Engine):
         self._conn.close()
 
 
-def start(cfg, lag, *, pushes: int):
-    """The run's RolloutEngine on a worker process, starting on the lag's weights after
-    `pushes` updates (a resumed run: its saved lag)."""
+class AsyncRollouts(Engine):
+    """Every rank's view of the one rollout worker (rank 0 owns it: `worker`, None on the
+    other ranks). A generate gathers each rank's share (prompts, seed) to rank 0, which
+    has the worker sample every share, and hands each rank its own; on one process that
+    is the caller's request itself. Every rank makes the same calls in the same order (a
+    weights change is a collective: the lag's whole weights are gathered from its shards)."""
+
+    name = "async"
+
+    def __init__(self, worker: AsyncEngine | None, world, weights_step: int) -> None:
+        self.worker, self.world = worker, world
+        self._sent_step = weights_step
+        self.sampled_steps: list[int] = []  # the weights' step of each result taken
+
+    @classmethod
+    def from_checkpoint(cls, path, options):  # pragma: no cover - rollouts only
+        raise NotImplementedError("the async engine serves rollouts only")
+
+    def load_weights(self, weights) -> None:  # pragma: no cover - weights go by step
+        raise NotImplementedError("the async engine takes weights by step: ensure()")
+
+    def sync_weights(self, model) -> None:
+        """Nothing: the trainer sends weights by step (`ensure`) before each request."""
+
+    def ensure(self, step: int, state: Callable[[], dict[str, torch.Tensor]]) -> None:
+        """The worker holds the weights of `step`; `state()` (a collective under FSDP2,
+        called on every rank) only when it holds another step's."""
+        if step == self._sent_step:
+            return
+        weights = state()
+        if self.worker is not None:
+            self.worker.ensure(step, lambda: weights)
+        self._sent_step = step
+
+    def submit(self, parts: list[tuple[list[str], int]], *, n: int, temperature: float,
+               top_p: float, max_new_tokens: int) -> None:
+        """Every rank's share of a round (`parts`, in rank order), asked for ahead."""
+        if self.worker is not None:
+            self.worker.submit(parts, n=n, temperature=temperature, top_p=top_p,
+                               max_new_tokens=max_new_tokens)
+
+    def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int) -> list[list[Sample]]:
+        parts = distributed.gather((list(prompts), seed), self.world)
+        mine = None
+        if self.worker is not None:
+            step, results = self.worker.generate(parts, n=n, temperature=temperature,
+                                                 top_p=top_p, max_new_tokens=max_new_tokens)
+            mine = [(step, r) for r in results]
+        step, samples = distributed.scatter(mine, self.world)
+        self.sampled_steps.append(step)
+        return samples
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+
+def start(cfg, lag, *, pushes: int, world):
+    """The run's RolloutEngine on a worker process (rank 0's), starting on the lag's
+    weights after `pushes` updates (a resumed run: its saved lag)."""
     from trainer.collection import generation_seed
     from trainer.rollout import RolloutEngine
-    from trainer.staleness import cpu_snapshot
+    from trainer.runtime import resolve_device
 
-    fault = None
-    if cfg.debug.rollout_worker_fault is not None:
-        step, how = cfg.debug.rollout_worker_fault
-        fault = Fault(generation_seed(cfg.seed, step, 0), how)
-    engine = AsyncEngine(cfg, weights_step=lag.sampling_step(pushes),
-                         weights=cpu_snapshot(lag.model), threads=cfg.rollout.async_threads,
-                         fault=fault)
     r = cfg.rollout
-    return RolloutEngine(engine, r.temperature, r.top_p, r.max_new_tokens)
+    on_gpu = resolve_device(cfg.model.device).type == "cuda"
+    if r.gpus and not on_gpu:
+        raise ValueError(f"rollout.gpus={r.gpus} needs GPUs, but the run is on "
+                         f"{cfg.model.device}: set rollout.gpus: 0 (on CPU the worker takes "
+                         "rollout.async_threads cores)")
+    step = lag.sampling_step(pushes)
+    weights = lag.full_weights(keep=world.main)  # every rank: a collective under FSDP2
+    worker = None
+    if world.main:
+        fault = None
+        if cfg.debug.rollout_worker_fault is not None:
+            at, how = cfg.debug.rollout_worker_fault
+            fault = Fault(generation_seed(cfg.seed, at, 0), how)
+        cuda_devices = None
+        if r.gpus:
+            cuda_devices = worker_gpus(r.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                       device_count=torch.cuda.device_count(),
+                                       trainer_gpus=world.local_size)
+        worker = AsyncEngine(cfg, weights_step=step, weights=weights, threads=r.async_threads,
+                             fault=fault, cuda_devices=cuda_devices)
+        where = (f"GPU(s) {cuda_devices} (CUDA_VISIBLE_DEVICES), tensor parallel {r.gpus}"
+                 if cuda_devices else "rank 0's GPU, shared" if on_gpu
+                 else f"the CPU, {r.async_threads} thread(s)")
+        print(f"[trainer] rollout worker pid {worker.pid} on {where}", flush=True)
+    del weights
+    return RolloutEngine(AsyncRollouts(worker, world, step), r.temperature, r.top_p,
+                         r.max_new_tokens)
 
 
 def split_cpu_threads(cfg) -> int | None:

@@ -180,22 +180,26 @@ class Collector:
             return r.gen_prompts_per_round or r.prompts_per_step
         return r.prompts_per_step
 
-    def first_round(self, step: int) -> tuple[list[str], int]:
-        """The prompts and seed of step `step`'s first generation round (one process), read
-        without drawing them: an overlapped worker samples them ahead
+    def first_round(self, step: int) -> list[tuple[list[str], int]]:
+        """Every rank's share (prompts, seed) of step `step`'s first generation round, in
+        rank order, read without drawing them: an overlapped worker samples them ahead
         (trainer.async_rollout), and `collect(step)` then asks for the very same."""
         ahead = PromptSampler(self.sampler.size, self.sampler.seed)
         ahead.load_state_dict(self.sampler.state_dict())
-        idx = ahead.take(self.per_round())
-        return (self.prompt_texts([self.problems[i] for i in idx]),
-                generation_seed(self.cfg.seed, step, 0))
+        idx, size = ahead.take(self.per_round()), self.world.size
+        share = len(idx) // size
+        return [(self.prompt_texts([self.problems[i] for i in idx[r * share:(r + 1) * share]]),
+                 generation_seed(self.cfg.seed, step, r)) for r in range(size)]
 
     def generate_round(self, problems: list[dict], seed: int) -> Round:
         """Generate and score one round's problems (this rank's share of them)."""
         r, t = self.cfg.rollout, self.cfg.task
         tokenizer = self.models.tokenizer
         texts = self.prompt_texts(problems)
-        gather = (distributed.unsharded(self.models.policy, self.world) if r.engine == "hf"
+        # the hf engine in process samples with the sampling weights' log-prob module (the
+        # lag's under staleness), gathered whole; an async worker holds its own weights
+        here = r.engine == "hf" and r.mode == "sync"
+        gather = (distributed.unsharded(self.models.behaviour_policy, self.world) if here
                   else contextlib.nullcontext())
         # model.compile compiles the layers for the log-prob and update passes; decoding one
         # token at a time on a growing cache would recompile per length, so it runs eager.

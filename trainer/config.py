@@ -216,10 +216,11 @@ class RolloutConfig(_Section):
     async_threads: int = Field(
         1, ge=1, description="async on CPU: the rollout worker's threads (the trainer's "
         "command line gives the trainer the other cores)")
-    async_gpu: int | None = Field(
-        None, ge=0, description="async on GPUs: the index, among the job's visible GPUs, of "
-        "the one the rollout worker's engine runs on (null = the trainer's own, shared: size "
-        "rollout.vllm_gpu_memory_utilization for both)")
+    gpus: int = Field(
+        0, ge=0, description="async on GPUs: how many of the job's GPUs the rollout worker "
+        "takes (its node's last ones; vLLM tensor-parallel over them), the trainer's ranks "
+        "taking the others (resources.train.gpus counts both); 0 = the worker shares rank "
+        "0's GPU (size rollout.vllm_gpu_memory_utilization for both)")
     overlong_buffer: int = Field(8, ge=1, description="tokens before max_new_tokens it starts")
     overlong_penalty: float = Field(1.0, ge=0, description="penalty at max_new_tokens")
     gen_batch_size: int = Field(256, ge=1, description="hf engine: rows per generate call")
@@ -477,6 +478,16 @@ class RunConfig(_Section):
                 "rollout.mode=async samples step t+1 while step t updates, with weights "
                 "that exist before that update: set rollout.staleness >= 1 (1 = one step "
                 "off, as verl's one-step-off) or rollout.mode: sync")
+        if self.rollout.gpus and self.rollout.mode != "async":
+            raise ValueError(
+                f"rollout.gpus={self.rollout.gpus} gives GPUs to a rollout worker, which only "
+                "rollout.mode: async has: set rollout.mode: async (with rollout.staleness >= "
+                "1) or rollout.gpus: 0")
+        if self.rollout.gpus > 1 and self.rollout.engine != "vllm":
+            raise ValueError(
+                f"rollout.gpus={self.rollout.gpus}: the hf engine samples on one GPU; set "
+                "rollout.engine: vllm (tensor parallel over the worker's GPUs) or "
+                "rollout.gpus: 1")
         if self.rollout.overlong_buffer >= self.rollout.max_new_tokens:
             raise ValueError(f"rollout.overlong_buffer={self.rollout.overlong_buffer} must be "
                              f"< rollout.max_new_tokens={self.rollout.max_new_tokens}")

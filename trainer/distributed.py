@@ -19,7 +19,8 @@ Every collective here allocates its tensors on `collective_device`: the rank's G
 NCCL (which has no CPU path: "No backend type associated with device type cpu"), the CPU
 under gloo. Python objects travel as pickled bytes in such a tensor (`gather`), and
 ragged rollouts as one padded tensor plus lengths (`gather_ragged`), never as
-`all_gather_object` lists of Python objects.
+`all_gather_object` lists of Python objects; `scatter` hands rank 0's objects out the same
+way.
 """
 
 from __future__ import annotations
@@ -391,6 +392,28 @@ def gather(obj, world: World) -> list:
         return [obj]
     data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     return [pickle.loads(t.numpy().tobytes()) for t in _all_gather_padded(data, world)]
+
+
+def scatter(objs: list | None, world: World):
+    """Item r of rank 0's list of picklable objects, on rank r (`objs` is read on rank 0
+    only): one process's results handed out to the ranks (trainer.async_rollout). Pickled
+    bytes in tensors padded to the longest, as `gather` does."""
+    if not world.distributed:
+        return objs[0]
+    device = _device(world)
+    blobs = [pickle.dumps(o) for o in objs] if world.main else []
+    sizes = torch.tensor([len(b) for b in blobs] if world.main else [0] * world.size,
+                         dtype=torch.long)
+    _broadcast(sizes, world)
+    width = int(sizes.max())
+    chunks = None
+    if world.main:
+        chunks = [torch.zeros(width, dtype=torch.uint8, device=device) for _ in blobs]
+        for chunk, blob in zip(chunks, blobs):
+            chunk[: len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    out = torch.empty(width, dtype=torch.uint8, device=device)
+    dist.scatter(out, chunks, src=0)
+    return pickle.loads(out[: int(sizes[world.rank])].cpu().numpy().tobytes())
 
 
 def any_rank(flag: bool, world: World) -> bool:

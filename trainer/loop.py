@@ -55,7 +55,6 @@ from trainer.optimizers import build_optimizer
 from trainer.rollout import logprob_gap, make_engine, sampler_logprobs
 from trainer.runtime import autocast_dtype, resolve_device, torch_dtype, tune_cpu_runtime
 from trainer.setup import build_models
-from trainer.staleness import cpu_snapshot
 from trainer.tasks import load_problems
 from trainer.tracking import Tracker
 from trainer.update import Updater, learning_rate, loss_batch
@@ -125,7 +124,8 @@ class Trainer:
                                self.optimizer, self.ref_schedule, self.counters)
         state.resume(self)
         if cfg.rollout.mode == "async":  # the engine in a process of its own
-            self.engine = async_rollout.start(cfg, self.lag, pushes=self.global_step)
+            self.engine = async_rollout.start(cfg, self.lag, pushes=self.global_step,
+                                              world=self.world)
         else:
             self.engine = make_engine(cfg.rollout, m.sampling_model, self.tokenizer,
                                       model_path=cfg.model.path, seed=cfg.seed,
@@ -154,10 +154,10 @@ class Trainer:
         return pushes if self.lag is None else self.lag.sampling_step(pushes)
 
     @property
-    def overlapped(self) -> async_rollout.AsyncEngine | None:
+    def overlapped(self) -> async_rollout.AsyncRollouts | None:
         """The rollout worker under rollout.mode async, else None."""
         engine = self.engine.engine
-        return engine if isinstance(engine, async_rollout.AsyncEngine) else None
+        return engine if isinstance(engine, async_rollout.AsyncRollouts) else None
 
     # -------------------------------------------------------------- one step
 
@@ -175,11 +175,14 @@ class Trainer:
         # that score it; under rollout.mode async the worker then samples the next step
         # while this one updates
         scoring = self.sampling_step(self.global_step - 1)
-        sampled = self.collect_sampled_by(scoring)
+        worker = self.overlapped
+        if worker is not None:  # it samples with the scoring weights (sent if it lacks them)
+            worker.ensure(scoring, lambda: self.lag.full_weights(keep=self.world.main))
+            worker.sampled_steps.clear()
         rollout = self.collect()
-        sampled = sampled() or [scoring]
+        sampled = list(worker.sampled_steps) if worker is not None else [scoring]
         async_rollout.check_scored_by_sampler(sampled, scoring, self.global_step)
-        if self.overlapped is not None and self.global_step < self.cfg.optim.steps:
+        if worker is not None and self.global_step < self.cfg.optim.steps:
             self.sample_ahead(self.global_step + 1)
         t_rollout = time.perf_counter() - t0
         metrics: dict = {"step": self.global_step, **rollout.stats,
@@ -207,28 +210,16 @@ class Trainer:
         """Stage 1, this step's rollout + reward (trainer.collection)."""
         return self.collector.collect(self.global_step)
 
-    def collect_sampled_by(self, step: int):
-        """Before a collect: the worker holds the weights of `step` (sent if it does not).
-        Returns what gives, after the collect, the weights' step of each round the worker
-        sampled (nothing in process: the engine samples the scoring weights themselves)."""
-        worker = self.overlapped
-        if worker is None:
-            return list
-        worker.ensure(step, lambda: cpu_snapshot(self.lag.model))
-        worker.sampled_steps.clear()
-        return lambda: list(worker.sampled_steps)
-
     def sample_ahead(self, step: int) -> None:
-        """Ask the worker for step `step`'s first round now, with the weights that step
-        samples with: the lag's next (theta_{max(step-1-k, 0)}), which exist already."""
-        worker, lag = self.overlapped, self.lag
-        due = lag.next_due()
-        weights_step = self.sampling_step(self.global_step - 1) + (due is not None)
-        worker.ensure(weights_step, lambda: due if due is not None else cpu_snapshot(lag.model))
-        prompts, seed = self.collector.first_round(step)
-        r = self.cfg.rollout
-        worker.submit(prompts, n=r.n, temperature=r.temperature, top_p=r.top_p,
-                      max_new_tokens=r.max_new_tokens, seed=seed)
+        """Ask the worker for step `step`'s first round now (every rank's share), with the
+        weights that step samples with: the lag's next (theta_{max(step-1-k, 0)}), which
+        exist already."""
+        lag, r = self.lag, self.cfg.rollout
+        self.overlapped.ensure(lag.next_sampling_step(self.global_step - 1),
+                               lambda: lag.full_after_push(keep=self.world.main))
+        self.overlapped.submit(self.collector.first_round(step), n=r.n,
+                               temperature=r.temperature, top_p=r.top_p,
+                               max_new_tokens=r.max_new_tokens)
 
     def learn(self, rollout: Rollout, metrics: dict) -> tuple[dict, dict]:
         """Stages 2-5 for a non-empty rollout: log-probs, advantages, the update, the push

@@ -81,7 +81,7 @@ def test_each_rollout_is_scored_by_the_weights_that_sampled_it(make_cfg):
         model = copy.deepcopy(trainer.model)
         model.load_state_dict(weights)
         again = HFEngine(model, trainer.tokenizer, batch_size=r.gen_batch_size)
-        prompts, seed = asked[t - 1]
+        [(prompts, seed)] = asked[t - 1]  # one process: one share
         samples = again.generate(prompts, n=r.n, temperature=r.temperature, top_p=r.top_p,
                                  max_new_tokens=r.max_new_tokens, seed=seed)
         tokens = [s.token_ids for group in samples for s in group]
@@ -98,10 +98,9 @@ def test_a_rollout_sampled_ahead_with_the_wrong_weights_is_not_used(make_cfg, mo
     def ahead_with_newest(self, step):
         worker = self.overlapped
         worker.ensure(self.global_step, lambda: cpu_snapshot(self.model))
-        prompts, seed = self.collector.first_round(step)
         r = self.cfg.rollout
-        worker.submit(prompts, n=r.n, temperature=r.temperature, top_p=r.top_p,
-                      max_new_tokens=r.max_new_tokens, seed=seed)
+        worker.submit(self.collector.first_round(step), n=r.n, temperature=r.temperature,
+                      top_p=r.top_p, max_new_tokens=r.max_new_tokens)
 
     common = {"rollout": {**SMALL, "staleness": 1}, "optim": {"steps": 3, "lr": 1e-2}}
     simulated = train(make_cfg("sim", **common))
@@ -223,12 +222,12 @@ def test_the_worker_refuses_a_request_for_weights_it_does_not_hold(make_cfg):
     cfg = make_cfg("guard", rollout={**SMALL, "staleness": 1, "mode": "async"})
     trainer = Trainer(cfg)
     trainer.setup(track=False)
-    worker = trainer.overlapped
+    worker = trainer.overlapped.worker
     try:
         worker._sent_step = 5  # the trainer believes it sent step 5; the worker holds 0
         with pytest.raises(WorkerFailed, match=r"wants the weights of step 5, the worker "
                                                r"holds step 0"):
-            worker.generate(["1+1"], n=1, temperature=1.0, top_p=1.0, max_new_tokens=2, seed=0)
+            worker.generate([(["1+1"], 0)], n=1, temperature=1.0, top_p=1.0, max_new_tokens=2)
     finally:
         worker.close()
     assert not worker.process.is_alive()
@@ -241,11 +240,27 @@ def test_run_config_records_the_mode(make_cfg):
     assert (again.rollout.mode, again.rollout.async_threads) == ("async", 2)
 
 
-def test_the_worker_gpu_is_one_of_the_jobs_visible_gpus():
-    """rollout.async_gpu picks among the trainer's visible GPUs (SLURM sets the variable to
-    the job's physical ids); the worker sets CUDA_VISIBLE_DEVICES to that one before CUDA
-    starts in its process."""
-    assert async_rollout.worker_gpus(1, None) == "1"
-    assert async_rollout.worker_gpus(1, "4,5,6") == "5"
-    with pytest.raises(ValueError, match=r"rollout.async_gpu=3, but the job sees 3 GPU\(s\)"):
-        async_rollout.worker_gpus(3, "4,5,6")
+def test_the_worker_gpus_are_the_jobs_last_ones():
+    """rollout.gpus: the worker takes the node's last visible GPUs (SLURM sets the variable
+    to the job's physical ids), after the trainer's ranks (cuda:0 .. local ranks - 1); it
+    sets CUDA_VISIBLE_DEVICES to them before CUDA starts in its process."""
+    assert async_rollout.worker_gpus(1, None, device_count=2, trainer_gpus=1) == "1"
+    assert async_rollout.worker_gpus(1, "4,5,6", device_count=3, trainer_gpus=2) == "6"
+    assert async_rollout.worker_gpus(2, "0,1,2,3,4,5,6,7", device_count=8,
+                                     trainer_gpus=6) == "6,7"
+    with pytest.raises(ValueError, match=r"rollout.gpus=2 and 2 trainer rank\(s\) on this "
+                                         r"node need 4 GPUs, but the job sees 3"):
+        async_rollout.worker_gpus(2, "4,5,6", device_count=3, trainer_gpus=2)
+
+
+def test_rollout_gpus_is_refused_where_it_means_nothing(make_cfg):
+    """GPUs for a worker that does not exist (sync), several for the hf engine (one GPU),
+    or any on a CPU run: one line naming the field, before the run starts."""
+    with pytest.raises(ValueError, match=r"rollout.gpus=1 gives GPUs to a rollout worker, "
+                                         r"which only rollout.mode: async has"):
+        make_cfg("sync-gpus", rollout={"gpus": 1})
+    with pytest.raises(ValueError, match=r"rollout.gpus=2: the hf engine samples on one GPU"):
+        make_cfg("hf-gpus", rollout={"staleness": 1, "mode": "async", "gpus": 2})
+    cfg = make_cfg("cpu-gpus", rollout={**SMALL, "staleness": 1, "mode": "async", "gpus": 1})
+    with pytest.raises(ValueError, match=r"rollout.gpus=1 needs GPUs, but the run is on cpu"):
+        train(cfg)

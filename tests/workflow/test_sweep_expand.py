@@ -66,10 +66,10 @@ def test_empty_grid_and_unknown_method_are_errors_naming_the_file():
         expand(sweep(methods=["NOPE"]), "cfg.yaml")
 
 
-def test_staleness_axis_sets_the_rollout_and_refuses_multi_gpu_jobs():
+def test_staleness_axis_sets_the_rollout_at_any_world_size():
     """Staleness leaves the method alone, so its cells must not merge as duplicates; each
-    run config carries its k in `rollout`; with several GPUs per train job (FSDP2, where
-    the lag is not supported yet) the sweep fails at parse time, naming the key."""
+    run config carries its k in `rollout`; several GPUs per train job (FSDP2, the lag
+    sharded too) expand the same cells."""
     from sweep.runconfig import run_config
 
     spec = sweep(methods=["GRPO"], axes={"staleness": [0, 2]},
@@ -78,12 +78,11 @@ def test_staleness_axis_sets_the_rollout_and_refuses_multi_gpu_jobs():
     assert [c.run_id for c in cells] == ["grpo_stale0_s0", "grpo_stale2_s0"] and notes == []
     assert [run_config(spec, c)["rollout"]["staleness"] for c in cells] == [0, 2]
     assert cells[1].tags["staleness"] == "2"
-    with pytest.raises(SweepError, match=r"cfg.yaml: rollout.staleness > 0 .* 2 GPUs"):
-        expand(sweep(methods=["GRPO"], axes={"staleness": [0, 1]},
-                     resources={"train": {"gpus": 2}}), "cfg.yaml")
+    multi, _ = expand(sweep(methods=["GRPO"], axes={"staleness": [0, 1]},
+                            resources={"train": {"gpus": 2}}), "cfg.yaml")
+    assert [c.run_id for c in multi] == ["grpo_stale0_s0", "grpo_stale1_s0"]
     with pytest.raises(SweepError, match=r"axes.staleness.0"):
         sweep(methods=["GRPO"], axes={"staleness": [-1]})
-    expand(sweep(methods=["GRPO"], axes={"staleness": [0]}, resources={"train": {"gpus": 2}}))
 
 
 def test_schema_errors_name_file_key_and_allowed_values():
@@ -122,3 +121,32 @@ def test_lora_axis_sets_model_lora_and_only_the_lr_it_names():
     assert cells[2].tags["lora"] == "lora-r1-lr1e-3" and cells[0].tags["lora"] == "full"
     with pytest.raises(SweepError, match=r"axes.lora.0.rank"):
         sweep(methods=["GRPO"], axes={"lora": [{"rank": 0}]})
+
+
+def test_rollout_gpus_splits_the_train_jobs_gpus_or_is_refused_before_any_job():
+    """The worker's GPUs are the job's last ones: torchrun gets the rest; a split that
+    leaves the trainer none, spans nodes or differs between cells is refused, naming it."""
+    from sweep.checks import check_rollout_gpus
+    from sweep.runconfig import run_config, train_command
+
+    def spec(gpus, nodes=1, axes=None, rollout_gpus=1):
+        rollout = {"mode": "async", "staleness": 1, "engine": "vllm", "gpus": rollout_gpus}
+        return sweep(methods=["GRPO"], axes=axes or {}, base={"rollout": rollout},
+                     resources={"train": {"gpus": gpus, "nodes": nodes}})
+
+    eight = spec(8, rollout_gpus=2)
+    cells, _ = expand(eight)
+    check_rollout_gpus(eight, [run_config(eight, c) for c in cells], "cfg.yaml")
+    assert train_command(eight).endswith("--nproc-per-node 6 -m trainer")
+    assert train_command(spec(2)) == "python -m trainer"  # one rank and the worker
+    for bad, said in ((spec(1), r"base.rollout.gpus=1 leaves the trainer none of "
+                                r"resources.train.gpus=1"),
+                      (spec(4, nodes=2), r"base.rollout.gpus=1 with resources.train.nodes=2")):
+        cells, _ = expand(bad)
+        with pytest.raises(SweepError, match=said):
+            check_rollout_gpus(bad, [run_config(bad, c) for c in cells], "cfg.yaml")
+    ok = spec(4)
+    configs = [run_config(ok, c) for c in expand(ok)[0]]
+    configs[0]["rollout"]["gpus"] = 2  # as a cell's own override would set it
+    with pytest.raises(SweepError, match=r"rollout.gpus=2 differs from the base's 1"):
+        check_rollout_gpus(ok, configs, "cfg.yaml")
