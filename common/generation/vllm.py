@@ -91,10 +91,13 @@ def vllm_on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def executor_backend() -> str:
+def executor_backend(tensor_parallel_size: int = 1) -> str:
     """vLLM's `distributed_executor_backend` for an engine in this process: one engine per
-    torchrun rank (`external_launcher`) when a process group exists, else `uni`."""
-    return "external_launcher" if torch.distributed.is_initialized() else "uni"
+    torchrun rank (`external_launcher`) when a process group exists; else `uni` (the model in
+    this process), or `mp` (a worker process per GPU) for tensor parallelism."""
+    if torch.distributed.is_initialized():
+        return "external_launcher"
+    return "mp" if tensor_parallel_size > 1 else "uni"
 
 
 # vLLM's `max_lora_rank` choices (vllm.config.lora.MaxLoRARanks): an adapter's rank is
@@ -144,7 +147,7 @@ def make_llm(model_path: str | Path, *, dtype: str, seed: int, max_model_len: in
     return LLM(
         model=str(model_path), dtype=dtype, seed=seed, max_model_len=max_model_len,
         tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=sleep_mode,
-        distributed_executor_backend=executor_backend(),
+        distributed_executor_backend=executor_backend(tensor_parallel_size),
         enable_prefix_caching=True, generation_config="vllm",
         logprobs_mode="processed_logprobs", **memory,
     )
@@ -203,14 +206,45 @@ def load_into_worker(worker, weights: Weights) -> None:
     worker.reload_weights(weights_iterator=weights)
 
 
-def push_weights(llm, weights: Weights) -> None:
-    """Load weights into the in-process vLLM engine and drop its prefix cache.
+def push_weights(llm, weights: Weights, hand_off: AdapterHandOff | None = None) -> None:
+    """Load weights into the vLLM engine and drop its prefix cache.
 
     Pass every state-dict entry: with tied embeddings `lm_head.weight` must be among them,
-    or vLLM keeps the old head (a log-prob gap of ~1 nat on the tiny model).
+    or vLLM keeps the old head (a log-prob gap of ~1 nat on the tiny model). A worker in
+    this process (`uni`, `external_launcher`) takes them directly; under tensor parallelism
+    (`mp`: a process per GPU) they are written once to a safetensors folder (`hand_off`)
+    that every worker reloads its slice from: vLLM's `reload_weights(weights_path=...)`,
+    called on each through `collective_rpc` (`reload_from_folder`).
     """
-    load_into_worker(llm.llm_engine.model_executor.driver_worker.worker, weights)
+    driver = getattr(llm.llm_engine.model_executor, "driver_worker", None)
+    if driver is not None:
+        load_into_worker(driver.worker, weights)
+    else:
+        reload_from_folder(llm, weights, hand_off or AdapterHandOff())
     llm.reset_prefix_cache()  # no KV computed under the old weights may be reused
+
+
+def reload_from_folder(llm, weights: Weights, hand_off: AdapterHandOff) -> Path:
+    """Write `weights` as one model.safetensors under a fresh hand-off folder (a tied
+    weight saved once per name: safetensors refuses shared storage), have every vLLM worker
+    reload from it (`collective_rpc("reload_weights")`: each loads its tensor-parallel
+    slice), then remove it. Returns the folder (gone by then)."""
+    from safetensors.torch import save_file
+
+    tensors, seen = {}, set()
+    for name, t in weights:
+        t = t.detach().to("cpu").contiguous()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        tensors[name] = t.clone() if key in seen else t
+        seen.add(key)
+    folder = hand_off.folder(sum(t.numel() * t.element_size() for t in tensors.values()))
+    try:
+        save_file(tensors, str(folder / "model.safetensors"))
+        del tensors
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return folder
 
 
 SHM = Path("/dev/shm")  # RAM-backed where it exists (Linux); a container's is 64 MB by default
@@ -288,8 +322,8 @@ class AdapterHandOff:
         if not self.spilled:
             self.spilled = True
             free = shutil.disk_usage(self.shm).free if self.shm.is_dir() else 0
-            log.warning("vllm engine: %s has %.0f MB free, the LoRA hand-off needs %.0f MB "
-                        "(%d pushes of %.0f MB): the adapters go to %s on disk instead "
+            log.warning("vllm engine: %s has %.0f MB free, the hand-off needs %.0f MB "
+                        "(%d pushes of %.0f MB): the pushes go to %s on disk instead "
                         "(a container needs --shm-size; docs/trainer.md \"LoRA\")",
                         self.shm, free / 1e6, self.ROOM * nbytes / 1e6, self.ROOM,
                         nbytes / 1e6, disk)
@@ -354,7 +388,9 @@ class VLLMEngine(Engine):
         self.lora_rank = lora_rank
         self.lora_request = None  # the adapter pushed last (LoRA serving)
         self.base_loaded = False  # the base weights pushed (LoRA serving)
-        self.hand_off = AdapterHandOff(run_dir) if lora_rank is not None else None
+        # adapters, or under tensor parallelism whole weights, go through a folder
+        self.hand_off = (AdapterHandOff(run_dir) if lora_rank is not None
+                         or tensor_parallel_size > 1 else None)
         self.tokenizer = tokenizer
         self.checkpoint = Path(model_path) if Path(model_path).is_dir() else None
         self.progress = progress
@@ -385,7 +421,9 @@ class VLLMEngine(Engine):
                    gpu_memory_utilization=rollout_cfg.vllm_gpu_memory_utilization,
                    max_model_len=rollout_cfg.vllm_max_model_len, sleep_between=True,
                    sleep_level=sleep_level(rollout_cfg.vllm_sleep_level, serve),
-                   lora_rank=lora.r if serve else None)
+                   lora_rank=lora.r if serve else None,
+                   # an async worker's GPUs (rollout.gpus), tensor parallel over them
+                   tensor_parallel_size=max(rollout_cfg.gpus, 1))
 
     def spill_to(self, run_dir: str | Path) -> None:
         """Spill the adapters' hand-off to `run_dir`/adapter-push when /dev/shm is short."""
@@ -475,7 +513,7 @@ class VLLMEngine(Engine):
         """Push weights in place; an asleep engine wakes its weights only (the KV cache
         stays released until generate needs it). vLLM drops any adapter it holds."""
         self.wake(tags=["weights"])
-        push_weights(self.llm, weights)
+        push_weights(self.llm, weights, self.hand_off)
         self.weights_lost = False
         if self.lora_request is not None:  # served again by the next load_adapter
             self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)

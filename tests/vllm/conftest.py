@@ -26,9 +26,10 @@ def vllm_tiny(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_engine_probe(vllm_tiny) -> subprocess.CompletedProcess:
+def vllm_engine_probe(vllm_tiny, tmp_path_factory) -> subprocess.CompletedProcess:
     """_engine_probe.py on the tiny model, once: the prompt-id and the weight-push checks on
     one vLLM start-up (a start-up is tens of seconds on CI's CPU); each test reads its line."""
     probe = Path(__file__).with_name("_engine_probe.py")
-    return subprocess.run([sys.executable, str(probe), str(vllm_tiny)], capture_output=True,
-                          text=True, timeout=300)
+    hand_off = tmp_path_factory.mktemp("hand-off")  # the folder reload's /dev/shm
+    return subprocess.run([sys.executable, str(probe), str(vllm_tiny), str(hand_off)],
+                          capture_output=True, text=True, timeout=300)

@@ -133,3 +133,13 @@ def test_weight_push_stays_in_process_and_reaches_the_sampler(vllm_engine_probe)
     proc = vllm_engine_probe
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "max log-prob gap" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_tensor_parallel_push_reloads_from_a_folder_and_reaches_the_sampler(vllm_engine_probe):
+    """Tensor parallelism's push (`reload_from_folder`, common.generation.vllm): one
+    safetensors folder, vLLM's `collective_rpc("reload_weights", weights_path=...)` to every
+    worker (here the one in process), the sampler then on the new weights, the folder gone."""
+    proc = vllm_engine_probe
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("folder reload")), "")
+    assert line.startswith("folder reload: reload_weights from push-1"), proc.stdout[-2000:]
+    assert "removed True" in line and proc.returncode == 0, proc.stdout[-2000:]

