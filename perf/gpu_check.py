@@ -33,9 +33,11 @@ Stages (each a row group of the table):
   d  the chunked LM head at vocabulary 151,936: the bf16 head-weight gradient's error
      against float64, and 32k positions forward+backward at 2,048-row vs 32-row chunks.
   e  `rollout.mode: async` against the simulated `rollout.staleness: 1` it equals, on the
-     tiny model (hf engine, `python -m trainer`): the worker's engine on the second GPU when
-     the device has two (`rollout.async_gpu: 1`), else sharing the trainer's; whether the
-     metrics are equal and the wall-time ratio.
+     tiny model (hf engine): with one GPU the worker shares the trainer's (`python -m
+     trainer`); with several the job's GPUs are split, the last one the worker's
+     (`rollout.gpus: 1`) and the others FSDP2 ranks under torchrun (`trainer.launch`), the
+     simulated run on as many ranks; where the worker ran (its line in the trainer's log),
+     whether the metrics are equal and the wall-time ratio.
 
 MFU = 3 x the forward FLOPs the update computes (2 x the decoder's parameters per real
 token, causal attention over each row's own context, and the LM head on the response
@@ -223,10 +225,10 @@ def timed(device: Device):
 # ---------------------------------------------------------------------------- (a) default cell
 
 
-def run_cli(args: list[str]) -> None:
+def run_cli(args: list[str]) -> str:
     """A project CLI in a fresh process, killed at the running unit's deadline (a
     UnitTimeout then); a failure raises with the tail of its stderr (the row then says
-    why, instead of a bare CalledProcessError)."""
+    why, instead of a bare CalledProcessError). Returns what it printed (stdout, stderr)."""
     timeout = None if DEADLINE.at is None else max(1.0, DEADLINE.at - time.monotonic())
     try:
         proc = subprocess.run([sys.executable, *args],
@@ -238,6 +240,7 @@ def run_cli(args: list[str]) -> None:
     if proc.returncode:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
         raise RuntimeError(f"python {' '.join(args[:2])} exited {proc.returncode}: {tail}")
+    return proc.stdout + proc.stderr
 
 
 def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
@@ -286,43 +289,61 @@ def stage_default_cell(device: Device, tiny: bool, work: Path) -> list[dict]:
 # ---------------------------------------------------------------------------- (e) async
 
 
+def split_gpus(count: int) -> tuple[int, int]:
+    """(trainer ranks, worker GPUs) for a device with `count` GPUs: the worker takes the
+    last one when there are several (the ranks a power of two of the rest, so the batch
+    splits evenly), else it shares the only one."""
+    if count < 2:
+        return 1, 0
+    ranks = 1
+    while ranks * 2 <= count - 1:
+        ranks *= 2
+    return ranks, 1
+
+
 def stage_async(device: Device, tiny: bool, work: Path) -> list[dict]:
     """`rollout.mode: async` against the simulated staleness it equals (k = 1), the shipped
-    tiny model through `python -m trainer` (hf engine): the worker's engine on the job's
-    second GPU when there is one (`rollout.async_gpu: 1`), else on the trainer's. Whether
-    the two metrics.jsonl are equal (timings aside) and the wall-time ratio."""
+    tiny model through the trainer's CLI (hf engine), the job's GPUs split between the
+    trainer's ranks and the worker (`split_gpus`). Where the worker ran (the line the
+    trainer prints), whether the two metrics.jsonl are equal (timings aside) and the
+    wall-time ratio."""
     import yaml
 
     from trainer.config import parse_run_config
 
     steps = 4 if tiny else 8
-    two = device.type == "cuda" and torch.cuda.device_count() > 1
-    rows = {}
-    seconds = {}
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    ranks, worker_gpus = split_gpus(count)
+    launch = (["-m", "trainer.launch", "--standalone", "--nproc-per-node", str(ranks)]
+              if ranks > 1 else [])
+    rows, seconds, where = {}, {}, ""
     for mode in ("sync", "async"):
         out = work / f"async-{mode}"
         cfg = parse_run_config({
             "run_id": mode, "out_dir": str(out), "seed": 0,
             "model": {"path": str(TINY_MODEL), "device": device.type},
             "rollout": {"staleness": 1, "mode": mode, "max_new_tokens": 32,
-                        "async_gpu": 1 if two else None},
+                        "prompts_per_step": 2 * ranks,
+                        "gpus": worker_gpus if mode == "async" else 0},
             "optim": {"steps": steps}, "tracking": {"mlflow_uri": None, "progress": False},
         }, f"gpu_check:{mode}")
         path = work / f"async-{mode}.yaml"
         path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
         start = time.perf_counter()
-        run_cli(["-m", "trainer", "--config", str(path)])
+        log = run_cli([*launch, "-m", "trainer", "--config", str(path)])
         seconds[mode] = time.perf_counter() - start
+        where = where or next((line.split("] ", 1)[1] for line in log.splitlines()
+                               if line.startswith("[trainer] rollout worker")), "")
         rows[mode] = [{k: v for k, v in json.loads(line).items()
                        if not k.startswith("time_") and k != "tokens_per_sec"}
                       for line in (out / "metrics.jsonl").read_text().splitlines()]
     same = rows["sync"] == rows["async"]
-    where = "worker on GPU 1" if two else f"worker on the trainer's {device.type}"
-    return [{"stage": "e", "check": f"async vs simulated staleness 1, {steps} steps (hf)",
+    return [{"stage": "e", "check": f"async vs simulated staleness 1, {steps} steps (hf), "
+                                    f"{ranks} trainer rank(s) + worker GPUs {worker_gpus}",
              "seconds": seconds["sync"] + seconds["async"],
              "note": f"metrics equal: {same}; wall sync {seconds['sync']:.0f} s, async "
                      f"{seconds['async']:.0f} s ({seconds['sync'] / seconds['async']:.2f}x); "
-                     f"{where}"}]
+                     f"{where or 'the worker line was not seen'}"}]
 
 
 # ---------------------------------------------------------------------------- (b) real loop

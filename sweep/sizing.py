@@ -123,10 +123,19 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     only the adapters (float32) have gradients and AdamW moments, no reference copy is held
     (the reference is the policy with its adapters off or swapped: trainer.reference), and
     the update takes full fine-tuning's time times LORA_STEP_RATIO (measured on CPU: the
-    skipped weight gradients did not make a step cheaper)."""
+    skipped weight gradients did not make a step cheaper).
+
+    Under `rollout.mode: async` generation overlaps the update (a step takes the larger of
+    the two) and one engine decodes every sequence: on the job's last `rollout.gpus` GPUs
+    (tensor parallel: weights and KV cache spread over them, each reading its slice per
+    decode step), the trainer's ranks on the others with no vLLM share; or, at 0, beside
+    rank 0, awake while it trains (its share adds to the peak instead of alternating)."""
     arch = _arch(base["model"]["path"])
     rollout, optim = base.get("rollout", {}), base.get("optim", {})
-    p, n_gpu = arch.params, max(gpus, 1)
+    overlapped = rollout.get("mode", "sync") == "async"
+    worker_gpus = rollout.get("gpus", 0) if overlapped else 0
+    p, n_gpu = arch.params, max(gpus - worker_gpus, 1)  # the trainer's GPUs
+    tp = max(worker_gpus, 1)
     lora = base["model"].get("lora")
     trained = lora_params(arch, lora.get("rank", 8)) if lora else p
     weight_bytes = 2 if lora and base["model"].get("dtype") in ("bfloat16", "float16") else 4
@@ -141,17 +150,19 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     memory = {"weights": (weight_bytes * p + (4 * trained if lora else 0)) / n_gpu,
               "grads": 4 * trained / n_gpu, "adamw": 8 * trained / n_gpu,
               "reference": 2 * p / n_gpu if keeps_reference and not lora else 0.0,
-              "activations": act[ckpt], "vllm": util * gpu.memory_gib * GiB}
+              "activations": act[ckpt],
+              "vllm": 0.0 if worker_gpus else util * gpu.memory_gib * GiB}
     new_tokens = rollout.get("max_new_tokens", 8192) * mean_response
     prompts = rollout.get("gen_prompts_per_round") or rollout.get("prompts_per_step", 8)
-    sequences = prompts * rollout.get("n", 8) / n_gpu  # each rank decodes its share
+    # sync: each rank decodes its share; async: the one worker decodes them all
+    sequences = prompts * rollout.get("n", 8) / (1 if overlapped else n_gpu)
     kv_per_token = 2 * arch.layers * arch.kv_heads * arch.head_dim * 2
-    kv_budget = memory["vllm"] - 2 * p
+    kv_budget = util * gpu.memory_gib * GiB * tp - 2 * p
     concurrent = max(1.0, min(sequences, kv_budget / (kv_per_token * (PROMPT_TOKENS + new_tokens))))
     mean_context = PROMPT_TOKENS + new_tokens / 2
     step_bytes = 2 * p + concurrent * kv_per_token * mean_context  # one decode step
     decode_steps = new_tokens * sequences / concurrent
-    rollout_s = decode_steps * step_bytes / (gpu.hbm_tb_s * 1e12 * MBU)
+    rollout_s = decode_steps * step_bytes / (tp * gpu.hbm_tb_s * 1e12 * MBU)
     train_tokens = (rollout.get("prompts_per_step", 8) * rollout.get("n", 8)
                     * (PROMPT_TOKENS + new_tokens))
     attn_context = (PROMPT_TOKENS + new_tokens) / 2  # causal: half the sequence on average
@@ -164,11 +175,18 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     out = {k: v / GiB for k, v in memory.items()}
     # Gradients are freed and vLLM sleeps (weights offloaded, KV discarded) in turn, so the
     # peak holds the persistent states plus the larger of the two phases.
+    # An async worker beside rank 0 stays awake while it trains: the two add up.
     persistent = out["weights"] + out["adamw"] + out["reference"]
-    out["total"] = persistent + max(out["grads"] + out["activations"], out["vllm"])
-    out["total_without_ckpt"] = persistent + max(out["grads"] + act[False] / GiB, out["vllm"])
+    phases = (lambda a, b: a + b) if overlapped else max
+    out["total"] = persistent + phases(out["grads"] + out["activations"], out["vllm"])
+    out["total_without_ckpt"] = persistent + phases(out["grads"] + act[False] / GiB,
+                                                    out["vllm"])
     out["kv_cache"] = kv_budget / GiB
+    # the worker's GPUs: its slice of the bf16 weights and KV cache, within its share
+    out["worker_gpu"] = util * gpu.memory_gib if worker_gpus else 0.0
     out["rollout_min"], out["update_min"] = rollout_s / 60, update_s / 60
+    out["step_min"] = (max if overlapped else (lambda a, b: a + b))(out["rollout_min"],
+                                                                   out["update_min"])
     out["update_tflop"] = flops / 1e12
     return out
 
@@ -190,11 +208,11 @@ def table(rows: list[tuple[str, dict]], gpu_name: str, mean_response: float) -> 
     lines = [head, "|" + "---|" * 13]
     gpu_memory = GPUS[gpu_name].memory_gib
     for name, r in rows:
-        hours = r["steps"] * (r["rollout_min"] + r["update_min"]) / 60
+        hours = r["steps"] * r["step_min"] / 60
         lines.append(
             f"| {name} | {r['gpus']} | {r['weights']:.1f} | {r['grads']:.1f} | "
             f"{r['adamw']:.1f} | {r['reference']:.1f} | {r['activations']:.1f} | "
-            f"{r['vllm']:.0f} ({r['kv_cache']:.0f}) | {r['total']:.0f} GiB | "
+            f"{vllm_cell(r)} | {r['total']:.0f} GiB | "
             f"{r['rollout_min']:.1f} min | {r['update_min']:.1f} min | "
             f"{hours:.0f} h ({r['steps']} steps) | {checkpointing_verdict(r, gpu_memory)} |")
     lines.append(f"\nGiB per GPU on {gpu_name}; peak = weights + AdamW + reference + max(grads "
@@ -204,8 +222,18 @@ def table(rows: list[tuple[str, dict]], gpu_name: str, mean_response: float) -> 
                  f"decode bandwidth use {MBU}, mean response {mean_response} x "
                  f"max_new_tokens, prompts {PROMPT_TOKENS} tokens; one generation round of "
                  "gen_prompts_per_round prompts per step. Checkpointing: whether the job fits "
-                 "without it (peak without it in brackets).")
+                 "without it (peak without it in brackets). Async (rollout.mode): a step takes "
+                 "the larger of rollout and update; rollout.gpus of the job's GPUs are the "
+                 "worker's (vLLM column: its share of each of them), the rest the trainer's.")
     return "\n".join(lines)
+
+
+def vllm_cell(row: dict) -> str:
+    """vLLM's GiB per GPU (its KV cache in brackets): beside the trainer, or on the async
+    worker's own GPUs."""
+    if row["worker_gpu"]:
+        return f"{row['worker_gpu']:.0f} on its GPUs ({row['kv_cache']:.0f})"
+    return f"{row['vllm']:.0f} ({row['kv_cache']:.0f})"
 
 
 def checkpointing_verdict(row: dict, gpu_memory_gib: float) -> str:

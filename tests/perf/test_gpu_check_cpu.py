@@ -37,6 +37,8 @@ def test_cpu_tiny_mode_runs_every_stage_and_prints_one_table(tmp_path):
     assert head.startswith("gpu_check: ") and "device cpu" in head
     by_stage = {s: [r for r in rows if r["stage"] == s] for s in "abcde"}
     assert "metrics equal: True" in by_stage["e"][0]["note"], by_stage["e"]
+    assert "rollout worker pid" in by_stage["e"][0]["note"]  # its line was read from the log
+    assert "on the CPU, 1 thread(s)" in by_stage["e"][0]["note"]
     assert "Toy Mean@4" in by_stage["a"][0]["note"]
     assert len(by_stage["b"]) == 2 and "LoRA" in by_stage["b"][1]["check"]
     assert all("rollout" in r["note"] and r["seconds"] > 0 for r in by_stage["b"])
@@ -214,6 +216,15 @@ def test_an_h100_plan_finishes_within_10_minutes():
     assert [u.stage for u, ok in zip(units, planned) if ok][:2] == ["d", "c"]
     compiled = [u for u, ok in zip(units, planned) if ok and "compiled" in u.name]
     assert len(compiled) == 2  # selective checkpointing under compile is measured
+
+
+def test_the_async_unit_splits_a_devices_gpus_between_ranks_and_the_worker():
+    """One GPU: the worker shares it. Several: the last is the worker's, the trainer a
+    power of two of the rest (its batch splits evenly)."""
+    from gpu_check import split_gpus
+
+    assert [split_gpus(n) for n in (0, 1, 2, 3, 4, 8)] == [(1, 0), (1, 0), (1, 1), (2, 1),
+                                                             (2, 1), (4, 1)]
 
 
 def test_no_ckpt_rows_halve_their_micro_batches_on_an_h100_not_an_h200():

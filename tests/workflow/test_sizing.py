@@ -83,3 +83,27 @@ def test_the_table_says_whether_a_job_fits_without_checkpointing(model_dir):
     assert checkpointing_verdict({**row, "total_without_ckpt": 79.0}, 80) == "needed (79 GiB)"
     row.update(gpus=1, steps=10)
     assert "| off fits (" in table([("x", row)], "h100", 0.5)
+
+
+def test_an_async_split_sizes_each_side_and_a_step_as_the_larger(model_dir):
+    """rollout.gpus: 1 of 4: three trainer ranks share the states and have no vLLM term;
+    the worker's GPU holds its share; one engine decodes every sequence, and a step takes
+    the larger of generation and update. At rollout.gpus: 0 the worker beside rank 0 is
+    awake while it trains: its share adds to the peak."""
+    base = {"model": {"path": str(model_dir)}, "rollout": {"vllm_gpu_memory_utilization": 0.5}}
+    gpu = GPUS["h100"]
+    sync = estimate(base, gpus=4, gpu=gpu, keeps_reference=False)
+    split = estimate({**base, "rollout": {**base["rollout"], "mode": "async", "gpus": 1}},
+                     gpus=4, gpu=gpu, keeps_reference=False)
+    assert split["weights"] == pytest.approx(sync["weights"] * 4 / 3)  # 3 trainer GPUs
+    assert split["update_min"] == pytest.approx(sync["update_min"] * 4 / 3)
+    assert split["vllm"] == 0 and split["worker_gpu"] == pytest.approx(0.5 * gpu.memory_gib)
+    assert split["step_min"] == max(split["rollout_min"], split["update_min"])
+    assert sync["step_min"] == pytest.approx(sync["rollout_min"] + sync["update_min"])
+    assert split["total"] == pytest.approx(split["weights"] + split["adamw"] + split["grads"]
+                                           + split["activations"])
+    shared = estimate({**base, "rollout": {**base["rollout"], "mode": "async"}}, gpus=4,
+                      gpu=gpu, keeps_reference=False)
+    assert shared["total"] == pytest.approx(shared["weights"] + shared["adamw"]
+                                            + shared["grads"] + shared["activations"]
+                                            + shared["vllm"])
