@@ -80,15 +80,19 @@ def main() -> None:
     same = [{k: v for k, v in r.items() if not k.startswith("time_") and k != "tokens_per_sec"}
             for r in sync] == [{k: v for k, v in r.items() if not k.startswith("time_")
                                 and k != "tokens_per_sec"} for r in overlapped]
-    step_s, async_s = median(sync, "time_step"), median(overlapped, "time_step")
+    step_s = median(sync, "time_step")
     gen = median(sync, "time_rollout") / step_s
     update = (median(sync, "time_logprob") + median(sync, "time_update")) / step_s
     print(f"{cores} cores; {a.steps} steps of 8 x 8 responses, staleness 1; median of steps "
           f"2..{a.steps}")
-    print(f"{'mode':<8}{'s/step':>9}{'ratio':>8}{'rollout wait':>14}")
-    print(f"{'sync':<8}{step_s:>9.2f}{1.0:>8.2f}{median(sync, 'time_rollout'):>14.2f}")
-    print(f"{'async':<8}{async_s:>9.2f}{step_s / async_s:>8.2f}"
-          f"{median(overlapped, 'time_rollout'):>14.2f}")
+    print(f"{'mode':<8}{'s/step':>9}{'ratio':>8}{'rollout wait':>14}{'log-probs':>11}"
+          f"{'update':>9}  trainer threads")
+    for mode, rows, threads in (("sync", sync, cores), ("async", overlapped,
+                                                        max(1, cores - a.async_threads))):
+        s = median(rows, "time_step")
+        print(f"{mode:<8}{s:>9.2f}{step_s / s:>8.2f}{median(rows, 'time_rollout'):>14.2f}"
+              f"{median(rows, 'time_logprob'):>11.2f}{median(rows, 'time_update'):>9.2f}"
+              f"  {threads}")
     print(f"sync shares: generation {gen:.0%}, log-probs + update {update:.0%}; "
           f"overlap's bound 1 / max(g, 1 - g) = {1 / max(gen, 1 - gen):.2f}x with each side "
           "on its own cores")
