@@ -28,8 +28,10 @@ def test_one_early_lora_step_reaches_the_engine_by_default(vllm_tiny):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert row["lr"] == 1e-5 and row["tokens"] > 100
-    # the step moved the policy well above float32's engine/trainer noise
-    assert row["move"] > 1e3 * row["gap_before"], row
+    # the step moved the policy well above float32's engine/trainer noise: `seen` is read
+    # to 1e-2 below, so the noise must be under 1% of the move (here 2x inside that; the
+    # noise depends on the tiny model this CPU trained: 4.8e-6 and 1.1e-5 seen, move 5e-3)
+    assert row["move"] > 200 * row["gap_before"], row
     assert abs(row["kept"] - 1) < 1e-3, row  # at the weights: every entry of s B A
     assert abs(row["seen"] - 1) < 1e-2, row  # at the log-probs: the sampler moves as pi does
     assert row["gap"] < 1e-4, row  # and sits on the policy (float32: ~5e-6)
