@@ -27,6 +27,7 @@ The bandwidth factor is an assumption, printed with the table.
 from __future__ import annotations
 
 import argparse
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,7 +178,7 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     # peak holds the persistent states plus the larger of the two phases.
     # An async worker beside rank 0 stays awake while it trains: the two add up.
     persistent = out["weights"] + out["adamw"] + out["reference"]
-    phases = (lambda a, b: a + b) if overlapped else max
+    phases = operator.add if overlapped else max
     out["total"] = persistent + phases(out["grads"] + out["activations"], out["vllm"])
     out["total_without_ckpt"] = persistent + phases(out["grads"] + act[False] / GiB,
                                                     out["vllm"])
@@ -185,8 +186,8 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     # the worker's GPUs: its slice of the bf16 weights and KV cache, within its share
     out["worker_gpu"] = util * gpu.memory_gib if worker_gpus else 0.0
     out["rollout_min"], out["update_min"] = rollout_s / 60, update_s / 60
-    out["step_min"] = (max if overlapped else (lambda a, b: a + b))(out["rollout_min"],
-                                                                   out["update_min"])
+    out["step_min"] = (max if overlapped else operator.add)(out["rollout_min"],
+                                                           out["update_min"])
     out["update_tflop"] = flops / 1e12
     return out
 

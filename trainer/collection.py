@@ -180,16 +180,25 @@ class Collector:
             return r.gen_prompts_per_round or r.prompts_per_step
         return r.prompts_per_step
 
+    def share(self, idx: list[int], step: int, gen_batch: int, rank: int
+              ) -> tuple[list[int], int]:
+        """Rank `rank`'s contiguous share of a round's drawn prompt indices `idx`, and the
+        seed it samples them with (round `gen_batch` of step `step`)."""
+        size = self.world.size
+        per_rank = len(idx) // size
+        return (idx[rank * per_rank : (rank + 1) * per_rank],
+                generation_seed(self.cfg.seed, step, gen_batch * size + rank))
+
     def first_round(self, step: int) -> list[tuple[list[str], int]]:
         """Every rank's share (prompts, seed) of step `step`'s first generation round, in
         rank order, read without drawing them: an overlapped worker samples them ahead
         (trainer.async_rollout), and `collect(step)` then asks for the very same."""
         ahead = PromptSampler(self.sampler.size, self.sampler.seed)
         ahead.load_state_dict(self.sampler.state_dict())
-        idx, size = ahead.take(self.per_round()), self.world.size
-        share = len(idx) // size
-        return [(self.prompt_texts([self.problems[i] for i in idx[r * share:(r + 1) * share]]),
-                 generation_seed(self.cfg.seed, step, r)) for r in range(size)]
+        idx = ahead.take(self.per_round())
+        shares = [self.share(idx, step, 0, rank) for rank in range(self.world.size)]
+        return [(self.prompt_texts([self.problems[i] for i in mine]), seed)
+                for mine, seed in shares]
 
     def generate_round(self, problems: list[dict], seed: int) -> Round:
         """Generate and score one round's problems (this rank's share of them)."""
@@ -233,11 +242,8 @@ class Collector:
         all_rewards, all_correct, lengths, truncated = [], [], [], []
         gen_batches = dropped = 0
         per_round = self.per_round()
-        share = per_round // world.size
         while True:
-            idx = self.sampler.take(per_round)
-            mine = idx[world.rank * share : (world.rank + 1) * share]
-            seed = generation_seed(self.cfg.seed, step, gen_batches * world.size + world.rank)
+            mine, seed = self.share(self.sampler.take(per_round), step, gen_batches, world.rank)
             rounds = gather_rounds(
                 self.generate_round([self.problems[i] for i in mine], seed), world)
             gen_batches += 1
