@@ -11,7 +11,10 @@
 Exit codes: 0 done (or stopped by debug.stop_after_steps), 2 bad config, an unloadable
 model.path or a refused resume state, 74 the disk filled while saving (partial files removed,
 the previous state whole: free space and rerun), 75 preempted (SIGTERM/SIGUSR1: resume state
-saved; rerun the same command to continue), 1 other errors.
+saved, or nothing to save during set-up; rerun the same command to continue), 129 SIGHUP and
+130 SIGINT (the state saved last is whole), 1 other errors (a traceback, then one line
+"error: <cause>"). Every exit ends the rollout worker and removes its hand-off files
+(docs/reliability.md "Faults on the async and distributed path").
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -65,7 +69,13 @@ def _train(args) -> int:
         return 2
     from common.files import read_run_id
     from trainer import distributed
-    from trainer.checkpoint import DISK_FULL_EXIT_CODE, DiskFullError, UnsafeStateError
+    from trainer.checkpoint import (
+        DISK_FULL_EXIT_CODE,
+        DiskFullError,
+        Stopped,
+        UnsafeStateError,
+        signals_stop_the_run,
+    )
     from trainer.loop import train
 
     if cfg.rollout.mode == "async":
@@ -76,17 +86,39 @@ def _train(args) -> int:
     if parent and not cfg.tracking.parent_run_id:
         cfg.tracking.parent_run_id = parent
     try:
-        out = train(cfg, deadline=deadline, until_step=args.until_step)
+        with signals_stop_the_run():
+            out = train(cfg, deadline=deadline, until_step=args.until_step)
     except UnsafeStateError as e:  # a resume file that would need unpickling: refused
         print(f"error: {e}", file=sys.stderr)
         return 2
     except DiskFullError as e:  # partial files removed, the previous state whole
         print(f"error: {e}", file=sys.stderr)
         return DISK_FULL_EXIT_CODE
+    except Stopped as e:  # a signal outside a step: every child ended on the way out
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted (SIGINT); the resume state saved last (if any) is whole, "
+              "rerun to resume", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the traceback, then the cause in one line
+        traceback.print_exc()
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
     finally:
         distributed.shutdown()
     print(f"[trainer] run directory: {out}")
     return 0
+
+
+def one_line(e: BaseException) -> str:
+    """An error's cause in one line: its type and first line, and where the message runs
+    over several lines (a relayed traceback) its last one, which names the cause."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1:
+        text += f" ... {lines[-1]}"
+    return f"{type(e).__name__}: {text}"
 
 
 def _tiny(args) -> int:

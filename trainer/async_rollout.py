@@ -37,6 +37,7 @@ died without a word.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
@@ -51,7 +52,7 @@ import torch.multiprocessing as mp
 
 from common.generation import ENGINES
 from common.generation.base import Engine, Sample
-from trainer import distributed
+from trainer import distributed, handoff
 
 # How often a wait looks at whether the worker is still alive (seconds).
 POLL_S = 0.5
@@ -95,11 +96,34 @@ class Request:
 
 @dataclass
 class Fault:
-    """debug.rollout_worker_fault: make the worker fail at its request for `step`'s seed
-    (`how`: raise an error, or exit at once with code 17), to test the trainer's handling."""
+    """The worker's drills (cfg.debug): `rollout_worker_fault` [step, how] fails the request
+    with that step's seed (`how`: raise an error, or exit at once with code 17), or exits
+    with 17 half-way through loading that step's weights (exit_loading);
+    `rollout_delay_s` sleeps before each generate; `rollout_wrong_weights` skips loading
+    that step's weights (its fingerprint must then stop the run)."""
 
-    seed: int
-    how: str
+    seed: int | None = None
+    how: str | None = None
+    step: int | None = None
+    delay_s: float = 0.0
+    wrong_weights: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg) -> Fault | None:
+        from trainer.collection import generation_seed
+
+        d = cfg.debug
+        fault = cls(delay_s=d.rollout_delay_s, wrong_weights=d.rollout_wrong_weights)
+        if d.rollout_worker_fault is not None:
+            fault.step, fault.how = d.rollout_worker_fault
+            if fault.how != "exit_loading":  # a request's fault: that step's seed
+                fault.seed = generation_seed(cfg.seed, fault.step, 0)
+        return fault if fault != cls() else None
+
+
+class WrongWeights(RuntimeError):
+    """The worker sampled with weights whose fingerprint is not that of the step it was
+    sent: a rollout would be scored by other weights than those that sampled it."""
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -161,6 +185,8 @@ def _build_engine(cfg, threads: int):
     engine = ENGINES.get(cfg.rollout.engine).for_rollout(
         cfg.rollout, model, tokenizer, model_path=cfg.model.path, seed=cfg.seed,
         compute_dtype=autocast_dtype(cfg.model.compute_dtype, device))
+    if hasattr(engine, "spill_to"):  # its own files (vLLM's adapters) in the run, not /tmp
+        engine.spill_to(cfg.out_dir)
     return model, engine
 
 
@@ -180,6 +206,7 @@ def serve(conn, cfg, threads: int, fault: Fault | None, cuda_devices: str | None
         model, engine = _build_engine(cfg, threads)
         conn.send(("ready", os.getpid()))
         step = None  # the step of the weights the engine holds
+        held = None  # their fingerprint (by content), returned with every result
         while True:
             try:
                 msg = conn.recv()
@@ -188,10 +215,15 @@ def serve(conn, cfg, threads: int, fault: Fault | None, cuda_devices: str | None
             if msg[0] == "close":
                 return
             if msg[0] == "weights":
-                step, state = msg[1], msg[2]
-                with torch.no_grad():
-                    model.load_state_dict(state)
-                engine.sync_weights(model)
+                step, path = msg[1], msg[2]
+                if fault is not None and fault.how == "exit_loading" and step == fault.step:
+                    os._exit(17)  # the pushed file left behind, for the trainer to remove
+                state = handoff.read(path)
+                if fault is None or fault.wrong_weights != step:
+                    with torch.no_grad():  # whole at first; then maybe the trained part only
+                        model.load_state_dict(state, strict=held is None)
+                    engine.sync_weights(model)
+                held = handoff.fingerprint(model.state_dict())
                 del state
                 continue
             req: Request = msg[1]
@@ -200,6 +232,8 @@ def serve(conn, cfg, threads: int, fault: Fault | None, cuda_devices: str | None
                                    f"{req.weights_step}, the worker holds step {step}")
             results = []
             for prompts, seed in req.parts:
+                if fault is not None and fault.delay_s:
+                    time.sleep(fault.delay_s)
                 if fault is not None and seed == fault.seed:
                     if fault.how == "exit":
                         os._exit(17)
@@ -208,7 +242,7 @@ def serve(conn, cfg, threads: int, fault: Fault | None, cuda_devices: str | None
                 results.append(engine.generate(
                     prompts, n=req.n, temperature=req.temperature, top_p=req.top_p,
                     max_new_tokens=req.max_new_tokens, seed=seed))
-            conn.send(("samples", req.id, step, results))
+            conn.send(("samples", req.id, step, results, held))
     except BaseException:  # noqa: BLE001 - relayed whole to the trainer, which raises it
         try:
             conn.send(("error", traceback.format_exc()))
@@ -233,7 +267,12 @@ class AsyncEngine:
 
     def __init__(self, cfg, *, weights_step: int, weights: dict[str, torch.Tensor],
                  threads: int = 1, fault: Fault | None = None,
-                 cuda_devices: str | None = None) -> None:
+                 cuda_devices: str | None = None,
+                 changing: Callable[[str], bool] | None = None) -> None:
+        self._hand_off = handoff.HandOff(cfg.out_dir)
+        self._changing = changing  # names a push after the first carries (None: all)
+        self._expected: dict[int, str] = {}  # fingerprints of the steps sent
+        atexit.register(self._kill)  # before multiprocessing's exit joins the worker
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         # vLLM's tensor parallel starts processes of its own, which a daemon may not
@@ -245,7 +284,6 @@ class AsyncEngine:
         self._next_id = 0
         self._ahead: Request | None = None  # submitted, its result not yet taken
         self._sent_step: int | None = None
-        self._sent_state = None  # kept alive until the worker has read it
         self.pid = self._receive("ready")[1]
         self.ensure(weights_step, lambda: weights)
 
@@ -253,12 +291,17 @@ class AsyncEngine:
 
     def ensure(self, step: int, state: Callable[[], dict[str, torch.Tensor]]) -> None:
         """The worker holds the weights of `step` for the requests that follow; `state()`
-        (CPU tensors, shared with the worker through shared memory) is sent only when it
-        holds another step's."""
+        (whole CPU tensors) is handed off (trainer.handoff: one file) only when it holds
+        another step's: all of it the first time, after that the `changing` names."""
         if step == self._sent_step:
             return
-        self._sent_state = state()
-        self._send(("weights", step, self._sent_state))
+        full = state()
+        self._expected = {s: f for s, f in self._expected.items() if s >= (self._sent_step or 0)}
+        self._expected[step] = handoff.fingerprint(full)
+        part = full
+        if self._changing is not None and self._sent_step is not None:
+            part = {name: t for name, t in full.items() if self._changing(name)}
+        self._send(("weights", step, self._hand_off.write(part, step)))
         self._sent_step = step
 
     def submit(self, parts: list[tuple[list[str], int]], *, n: int, temperature: float,
@@ -278,7 +321,14 @@ class AsyncEngine:
         else:
             self._discard_ahead()
             req = self._request(parts, n, temperature, top_p, max_new_tokens)
-        _, _, step, results = self._receive("samples", req.id)
+        _, _, step, results, held = self._receive("samples", req.id)
+        if held != self._expected.get(step):
+            raise WrongWeights(
+                f"the rollout worker (pid {self.pid}) sampled request {req.id} under the label "
+                f"of step {step}, but the weights it holds have fingerprint {held}, not "
+                f"{self._expected.get(step)}, that of the step-{step} weights the trainer sent; "
+                "the rollout would be scored by other weights than those that sampled it "
+                "(a hand-off bug: docs/reliability.md)")
         return step, results
 
     def _request(self, parts, n, temperature, top_p, max_new_tokens) -> Request:
@@ -334,11 +384,22 @@ class AsyncEngine:
             raise WorkerFailed(f"rollout worker (pid {self.process.pid}) died ({how}) "
                                "without reporting an error; see the job's log")
 
+    def _kill(self) -> None:
+        """At interpreter exit, whatever path got there: the worker ignores SIGTERM, which
+        multiprocessing's exit handler sends before it joins, so it must be killed first."""
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self._hand_off.close()
+
     def close(self) -> None:
         """End the worker: asked first, killed after CLOSE_S, or at once when it is still
-        sampling ahead (a preempted run regenerates that rollout on resume, the same)."""
+        sampling ahead (a preempted run regenerates that rollout on resume, the same); then
+        remove what the hand-off left (a push a killed worker never read)."""
+        atexit.unregister(self._kill)
         if self._ahead is not None and self.process.is_alive():
             self.process.kill()
+            self.process.join(timeout=5)
         if self.process.is_alive():
             try:
                 self._conn.send(("close",))
@@ -351,6 +412,7 @@ class AsyncEngine:
                 self.process.kill()
                 self.process.join(timeout=5)
         self._conn.close()
+        self._hand_off.close()
 
 
 class AsyncRollouts(Engine):
@@ -396,12 +458,16 @@ class AsyncRollouts(Engine):
 
     def generate(self, prompts: list[str], *, n: int, temperature: float, top_p: float,
                  max_new_tokens: int, seed: int) -> list[list[Sample]]:
+        # rank 0 may arrive late (it sent the worker weights), and the others wait while
+        # the worker samples: both waits are `align`s, with no fixed limit (hours at scale)
+        distributed.align(self.world, "the rollout's prompts")
         parts = distributed.gather((list(prompts), seed), self.world)
         mine = None
         if self.worker is not None:
             step, results = self.worker.generate(parts, n=n, temperature=temperature,
                                                  top_p=top_p, max_new_tokens=max_new_tokens)
             mine = [(step, r) for r in results]
+        distributed.align(self.world, "the rollout worker's samples")
         step, samples = distributed.scatter(mine, self.world)
         self.sampled_steps.append(step)
         return samples
@@ -414,7 +480,6 @@ class AsyncRollouts(Engine):
 def start(cfg, lag, *, pushes: int, world):
     """The run's RolloutEngine on a worker process (rank 0's), starting on the lag's
     weights after `pushes` updates (a resumed run: its saved lag)."""
-    from trainer.collection import generation_seed
     from trainer.rollout import RolloutEngine
     from trainer.runtime import resolve_device
 
@@ -428,22 +493,22 @@ def start(cfg, lag, *, pushes: int, world):
     weights = lag.full_weights(keep=world.main)  # every rank: a collective under FSDP2
     worker = None
     if world.main:
-        fault = None
-        if cfg.debug.rollout_worker_fault is not None:
-            at, how = cfg.debug.rollout_worker_fault
-            fault = Fault(generation_seed(cfg.seed, at, 0), how)
         cuda_devices = None
         if r.gpus:
             cuda_devices = worker_gpus(r.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"),
                                        device_count=torch.cuda.device_count(),
                                        trainer_gpus=world.local_size)
+        # LoRA: the frozen base goes once, the adapters (all that trains) after
+        changing = (lambda name: "lora_" in name) if cfg.model.lora else None
         worker = AsyncEngine(cfg, weights_step=step, weights=weights, threads=r.async_threads,
-                             fault=fault, cuda_devices=cuda_devices)
+                             fault=Fault.from_config(cfg), cuda_devices=cuda_devices,
+                             changing=changing)
         where = (f"GPU(s) {cuda_devices} (CUDA_VISIBLE_DEVICES), tensor parallel {r.gpus}"
                  if cuda_devices else "rank 0's GPU, shared" if on_gpu
                  else f"the CPU, {r.async_threads} thread(s)")
         print(f"[trainer] rollout worker pid {worker.pid} on {where}", flush=True)
     del weights
+    distributed.align(world, "the rollout worker's start")  # minutes for vLLM at scale
     return RolloutEngine(AsyncRollouts(worker, world, step), r.temperature, r.top_p,
                          r.max_new_tokens)
 

@@ -40,6 +40,7 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from common.layout import CHECKPOINT_CONFIG, RunDir
+from trainer import distributed
 
 PREEMPTED_EXIT_CODE = 75
 DISK_FULL_EXIT_CODE = 74  # EX_IOERR
@@ -278,6 +279,7 @@ class PreemptionFlag:
 
     def _handler(self, signum, frame) -> None:
         self.received = signal.Signals(signum).name
+        distributed.STOPPING.set()  # a peer silent from now on is a dead one
 
     def __enter__(self) -> PreemptionFlag:
         for name in self.SIGNALS:
@@ -293,6 +295,48 @@ class PreemptionFlag:
     def __exit__(self, *exc) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
+
+
+# Exit codes of a signal that arrives outside the steps (set-up, teardown), where there is
+# nothing to save: the state saved last, if any, is whole, so SLURM's signals still mean
+# "preempted, rerun to resume" (75); a hang-up and a Ctrl-C keep the shell's 128 + n.
+SIGNAL_EXIT_CODES = {"SIGTERM": PREEMPTED_EXIT_CODE, "SIGUSR1": PREEMPTED_EXIT_CODE,
+                     "SIGHUP": 128 + signal.SIGHUP, "SIGINT": 128 + signal.SIGINT}
+
+
+class Stopped(BaseException):
+    """A signal outside the steps: raised where the process is, so every `finally` on the
+    way out runs (the rollout worker is ended, the hand-off removed)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"{signal_name} received outside a training step; nothing was lost: "
+                         "the resume state saved last (if any) is whole, rerun to resume")
+        self.signal_name = signal_name
+        self.exit_code = SIGNAL_EXIT_CODES[signal_name]
+
+
+@contextmanager
+def signals_stop_the_run() -> Iterator[None]:
+    """SIGTERM, SIGUSR1 and SIGHUP raise `Stopped` (SIGINT raises KeyboardInterrupt already);
+    inside the loop PreemptionFlag takes SIGTERM and SIGUSR1 over, to save first. Without
+    this a signal during set-up ends the process with no `finally` run, and a SIGTERMed
+    trainer's rollout worker (which ignores SIGTERM) would be joined forever at exit."""
+    def stop(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+
+    old = {}
+    for name in ("SIGTERM", "SIGUSR1", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                old[sig] = signal.signal(sig, stop)
+            except ValueError:  # not the main thread
+                pass
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 class Preempted(SystemExit):

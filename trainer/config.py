@@ -413,10 +413,26 @@ class DebugConfig(_Section):
         None, ge=1, description="step whose HF checkpoint write sends SIGTERM to its own "
         "process (rank 0, the writer) before writing (drill: a signal landing inside a save "
         "is handled at the next step, which saves its state before exiting 75)")
-    rollout_worker_fault: tuple[int, Literal["raise", "exit"]] | None = Field(
-        None, description="[step, raise|exit]: under rollout.mode async the rollout worker "
-        "raises, or exits at once with code 17, when asked for that step's first round "
-        "(drill: a dead worker must end the job with its error)")
+    rollout_worker_fault: tuple[int, Literal["raise", "exit", "exit_loading"]] | None = Field(
+        None, description="[step, raise|exit|exit_loading]: under rollout.mode async the "
+        "rollout worker raises, or exits at once with code 17, when asked for that step's "
+        "first round; exit_loading: exits with 17 on receiving the weights of that step, "
+        "their file unread (drill: a dead worker must end the job with its error and leave "
+        "no file)")
+    rollout_delay_s: float = Field(
+        0.0, ge=0, description="seconds the async rollout worker sleeps before each generate "
+        "(drill: the other ranks wait longer than RPG_COLLECTIVE_TIMEOUT_S for rank 0's "
+        "worker, as they do for hours at the paper's sizes, and the run must not time out)")
+    rollout_wrong_weights: int | None = Field(
+        None, ge=1, description="under rollout.mode async the worker skips loading the "
+        "weights of this step and samples with those it holds, under the step's label "
+        "(drill: the weights' fingerprint must stop the run)")
+    fail_in_setup: Literal["tracker", "config"] | None = Field(
+        None, description="set-up raises an OSError at this point, after the rollout worker "
+        "started (drill: no process or file may outlive a failed set-up)")
+    sleep_in_setup_s: float = Field(
+        0.0, ge=0, description="seconds set-up sleeps after the rollout worker started, "
+        "before the config and the tracker (drill: a signal during set-up)")
 
 
 class RunConfig(_Section):

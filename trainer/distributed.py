@@ -31,6 +31,8 @@ import datetime
 import functools
 import os
 import pickle
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +59,27 @@ def check_torch(ranks: int, version: str | None = None) -> None:
 
 
 # A rank that waits this long in a collective gives up (torchrun ends the job sooner when a
-# peer process exits). Generous: a rank may be generating while another waits.
-COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
+# peer process exits). Short: every collective here is entered by all ranks together, since
+# a wait on one rank's long work (the rollout worker, a checkpoint write, a slow load, MLflow)
+# goes through `align` first, which has no fixed limit but notices a dead or hung peer within
+# this same time. RPG_COLLECTIVE_TIMEOUT_S overrides it (the fault drills use seconds).
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
+TIMEOUT_ENV = "RPG_COLLECTIVE_TIMEOUT_S"
+
+
+def collective_timeout() -> datetime.timedelta:
+    """COLLECTIVE_TIMEOUT, or RPG_COLLECTIVE_TIMEOUT_S seconds when set (a positive number)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return COLLECTIVE_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={raw!r}: give a positive number of seconds, or unset "
+                         f"it for the default ({COLLECTIVE_TIMEOUT.total_seconds():.0f} s)")
+    return datetime.timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)
@@ -92,13 +113,116 @@ def init(device_type: str) -> World:
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
             torch.cuda.set_device(world.local_rank)
-        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group(backend, timeout=collective_timeout())
+    _Heartbeat.start(world)
     return world
 
 
 def shutdown() -> None:
+    _Heartbeat.stop()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ waits on uneven work
+
+# How often a rank's heartbeat ticks, and how often a waiting rank looks (seconds).
+HEARTBEAT_S = 1.0
+ALIGN_POLL_S = 0.05
+_PREFIX = "rpg/"
+
+
+class PeerLost(RuntimeError):
+    """A rank waiting in `align` saw a peer's heartbeat stop: that rank died or hung."""
+
+
+class _Heartbeat:
+    """A daemon thread that ticks this rank's counter in the process group's store every
+    HEARTBEAT_S, so a rank waiting in `align` can tell a peer at work (ticking) from a dead
+    one (not). The counter lives in torchrun's store, which outlives every rank."""
+
+    _thread = None
+    _stop = None
+
+    @classmethod
+    def start(cls, world: World) -> None:
+        if cls._thread is not None or not world.distributed:
+            return
+        store, key, stop = _store(), f"{_PREFIX}alive/{world.rank}", threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                try:
+                    store.add(key, 1)
+                except Exception:  # noqa: BLE001 - the store is gone: the job is ending
+                    return
+
+        store.add(key, 1)
+        cls._stop = stop
+        cls._thread = threading.Thread(target=tick, name="rpg-heartbeat", daemon=True)
+        cls._thread.start()
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls._thread is not None:
+            cls._stop.set()
+            cls._thread.join(timeout=5)
+        cls._thread = cls._stop = None
+
+
+def _store():
+    """The default process group's key-value store (torchrun's TCPStore, under a prefix)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
+_aligned = 0  # how many `align` calls this process made (the same on every rank)
+# Set by a stop signal (trainer.checkpoint.PreemptionFlag): from then on a peer silent for
+# SILENT_WHEN_STOPPING_S is taken for dead. torchrun SIGTERMs the survivors of a rank that
+# died, and a survivor waiting in `align` must then end before torchrun's SIGKILL, which
+# would leave its rollout worker's files behind; a preempted job's ranks all beat on.
+STOPPING = threading.Event()
+SILENT_WHEN_STOPPING_S = 5 * HEARTBEAT_S
+
+
+def align(world: World, what: str) -> None:
+    """Every rank reaches this point before any goes on: the wait before a collective that
+    follows work only some ranks do (rank 0 waiting for the rollout worker, writing a
+    checkpoint, loading weights, talking to MLflow). Unlike a collective it has no fixed
+    limit, which such work would outlast (hours of generation at the paper's sizes): it polls
+    the store and ends only when a peer that has not arrived stops its heartbeat for the
+    collective timeout (PeerLost, naming the rank and `what` was being waited for). A rank
+    that exits is noticed sooner by torchrun, which ends the job."""
+    global _aligned
+    if not world.distributed:
+        return
+    _aligned += 1
+    store, key = _store(), f"{_PREFIX}align/{_aligned}"
+    store.add(key, 1)
+    timeout = collective_timeout().total_seconds()
+    peers = [r for r in range(world.size) if r != world.rank]
+    seen = {r: (store.add(f"{_PREFIX}alive/{r}", 0), time.monotonic()) for r in peers}
+    next_look = time.monotonic() + HEARTBEAT_S
+    while store.add(key, 0) < world.size:
+        time.sleep(ALIGN_POLL_S)
+        now = time.monotonic()
+        if now < next_look:
+            continue
+        next_look = now + HEARTBEAT_S
+        limit = min(timeout, SILENT_WHEN_STOPPING_S) if STOPPING.is_set() else timeout
+        for r in peers:
+            beat = store.add(f"{_PREFIX}alive/{r}", 0)
+            if beat != seen[r][0]:
+                seen[r] = (beat, now)
+            elif now - seen[r][1] > limit and store.add(key, 0) < world.size:
+                raise PeerLost(
+                    f"rank {world.rank} waited for every rank at {what!r}: rank {r} has shown "
+                    f"no sign of life for {now - seen[r][1]:.0f} s (> {limit:.0f} s: the "
+                    f"collective timeout, {TIMEOUT_ENV}, or {SILENT_WHEN_STOPPING_S:.0f} s once "
+                    "the job is being stopped); it died or hung: see its log")
+    if _aligned > 2:  # every rank is past the one before last: its key is no longer read
+        store.delete_key(f"{_PREFIX}align/{_aligned - 2}")
 
 
 def mesh_shape(world: World) -> tuple[int, ...]:
@@ -291,6 +415,7 @@ def load_from_rank0(module: torch.nn.Module, full_state: dict, world: World,
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+    align(world, "rank 0's weights")  # it read them from disk while the others waited
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()
                if not b.is_meta} if world.main else {}
     if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
@@ -451,9 +576,9 @@ def set_sharded_state(module: torch.nn.Module, model_state: dict,
         set_optimizer_state_dict(module, optimizer, optimizer_state)
 
 
-def barrier(world: World) -> None:
-    if world.distributed:
-        dist.barrier()
+def barrier(world: World, what: str = "a barrier") -> None:
+    """Every rank here before any goes on (`align`: no fixed limit for uneven work)."""
+    align(world, what)
 
 
 def model_state(module: torch.nn.Module) -> dict:

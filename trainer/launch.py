@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -75,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         argv.remove("--slurm")  # the first one: the launcher's, not the trainer's
         argv = slurm_rendezvous() + argv
     args = parse_args(argv)
+    # torchrun keeps its workers' error files in a temporary folder it never removes: one of
+    # ours, removed on every exit (the errors themselves are in the job's log)
+    own_logs = None
+    if args.log_dir is None:
+        own_logs = args.log_dir = tempfile.mkdtemp(prefix="trainer-launch-")
     try:
         run(args)
     except ChildFailedError as e:
@@ -87,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
                   "resume", file=sys.stderr)
             return PREEMPTED_EXIT_CODE
         raise
+    finally:
+        if own_logs is not None:
+            shutil.rmtree(own_logs, ignore_errors=True)
     return 0
 
 

@@ -134,13 +134,17 @@ class Trainer:
                 self.engine.sync_weights(m.sampling_model)
         self.collector = Collector(cfg, self.world, self.device, m, self.problems,
                                    self.sampler, self.engine)
+        time.sleep(cfg.debug.sleep_in_setup_s)
         if track and self.world.main:
+            _drill(cfg.debug.fail_in_setup == "config", "the config could not be written")
             state.write_config(self.run.config, cfg, self.config_yaml,
                                resumed=self.global_step > 0)
+            _drill(cfg.debug.fail_in_setup == "tracker", "the tracker could not start")
             self.tracker = Tracker(self.run.root, cfg.tracking, resume_step=self.global_step,
                                    run_name=cfg.run_id, tags=cfg.tags,
                                    params=cfg.model_dump(mode="json"),
                                    config_yaml=self.config_yaml)
+        distributed.align(self.world, "rank 0's config and tracker")
         self.last_state_time = time.monotonic()
 
     @property
@@ -293,6 +297,19 @@ class Trainer:
             self.tracker.close(status)
         state.finish(self, status)
 
+    def close(self) -> None:
+        """End the engine and every process it started (the rollout worker, vLLM's): on
+        every exit path, a set-up that failed half-way included."""
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.engine.close()
+
+
+def _drill(when: bool, what: str) -> None:
+    """debug.fail_in_setup: fail set-up here, as a real OSError would."""
+    if when:
+        raise OSError(f"debug.fail_in_setup: {what}")
+
 
 # ---------------------------------------------------------------------------- entry point
 
@@ -312,17 +329,19 @@ def train(cfg: RunConfig, deadline: float | None = None, until_step: int | None 
     run.root.mkdir(parents=True, exist_ok=True)
     tune_cpu_runtime()
     trainer = Trainer(cfg)
-    trainer.setup()
     status = "FAILED"
     try:
+        trainer.setup()  # may start the rollout worker, which must not outlive a failure
         status = _run_steps(trainer, Deadline(deadline, margin_s=cfg.checkpoint.deadline_margin_s),
                             until_step)
     except Preempted:
         status = "KILLED"
         raise
     finally:
-        trainer.cleanup(status)
-        trainer.engine.engine.close()  # vLLM ends its groups while torchrun's still exists
+        try:
+            trainer.cleanup(status)
+        finally:
+            trainer.close()  # vLLM ends its groups while torchrun's still exists
     if until_step is not None and trainer.global_step >= until_step and trainer.world.main:
         write_atomic(run.segment(until_step), f"step {trainer.global_step}\n")
     return run.root
@@ -352,6 +371,7 @@ def _run_steps(trainer: Trainer, clock: Deadline, until_step: int | None = None)
             clock.record_step(time.monotonic() - t_step)
             steps_this_process += 1
             trainer.log(metrics)
+            distributed.align(world, "rank 0's metrics and MLflow")
             _show_progress(bar, metrics, trainer.ref_schedule.held)
 
             # -- checkpoint

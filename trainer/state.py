@@ -92,8 +92,8 @@ def save_state(t: Trainer) -> None:
     """The resume state, sharded (see module doc; a collective under FSDP2)."""
     payload = state_payload(t)
     tensors = sharded_state(t, reference="reference_weights" in payload)
-    save_sharded_state(t.run.root, payload, tensors, step=t.counters.step,
-                       main=t.world.main, barrier=lambda: distributed.barrier(t.world))
+    save_sharded_state(t.run.root, payload, tensors, step=t.counters.step, main=t.world.main,
+                       barrier=lambda: distributed.barrier(t.world, "the resume state"))
 
 
 def resume(t: Trainer) -> None:
@@ -147,6 +147,7 @@ def save_checkpoint(t: Trainer, path: Path, dtype: torch.dtype | None) -> Path:
                 os.kill(os.getpid(), signal.SIGTERM)  # the drill: a signal mid-save
             save_hf_checkpoint(t.model, t.tokenizer, path, config_yaml=t.config_yaml,
                                dtype=dtype, state_dict=state, extra=extra)
+    distributed.align(t.world, f"rank 0's checkpoint {path.name}")
     return path
 
 
