@@ -10,6 +10,7 @@ its sharded state.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -64,6 +65,40 @@ def test_async_at_world_size_2_equals_the_simulated_staleness(tiny_dir, tmp_path
     assert [r["rollout_weights_step"] for r in rows] == [max(t - 1 - k, 0) for t in (1, 2, 3, 4)]
     assert all(r["groups_kept"] == 2 and r["grad_norm"] > 0 for r in rows)
     assert same_checkpoint(runs["sync"], runs["async"])
+
+
+def test_a_rank_waits_for_long_work_in_align_not_in_a_collective(tmp_path):
+    """With RPG_COLLECTIVE_TIMEOUT_S=3, a collective that waits 8 s for rank 0 fails; the
+    same wait in `distributed.align` first, then the collective, succeeds."""
+    env = {**ENV, "RPG_COLLECTIVE_TIMEOUT_S": "3"}
+    out = {}
+    for how in ("plain", "align"):
+        out[how] = subprocess.run([*TORCHRUN, str(HERE / "wait_probe.py"), how], env=env,
+                                  capture_output=True, text=True, timeout=120)
+    assert out["align"].returncode == 0, out["align"].stderr[-3000:]
+    assert out["align"].stdout.count("sum 2") == 2
+    assert out["plain"].returncode != 0 and "sum 2" not in out["plain"].stdout
+    assert re.search(r"[Tt]imed out|timeout", out["plain"].stderr), out["plain"].stderr[-3000:]
+
+
+def test_async_with_a_3_s_collective_timeout_and_an_8_s_rollout_equals_the_simulated_run(
+        tiny_dir, tmp_path):
+    """The other rank waits 8 s for rank 0's worker at every generate, past a 3 s collective
+    timeout, as it waits for hours at the paper's sizes: the run completes and equals the
+    simulated staleness run."""
+    env = {**ENV, "RPG_COLLECTIVE_TIMEOUT_S": "3"}
+    common = dict(model_path=tiny_dir, optim={"steps": 3, "lr": 1e-2},
+                  checkpoint={"eval_steps": [3]})
+    runs = {}
+    for mode, debug in (("sync", {}), ("async", {"rollout_delay_s": 8})):
+        cfg = write_config(tmp_path, f"slow-{mode}", **common, debug=debug,
+                           rollout={**SMALL["rollout"], "staleness": 1, "mode": mode})
+        proc = subprocess.run([*TORCHRUN, "-m", "trainer", "--config", str(cfg)], env=env,
+                              capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[mode] = tmp_path / "runs" / f"slow-{mode}"
+    assert untimed(runs["async"]) == untimed(runs["sync"])
+    assert min(r["time_rollout"] for r in metrics(runs["async"])[1:]) > 3  # it did wait
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

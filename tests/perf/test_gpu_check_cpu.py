@@ -166,6 +166,37 @@ def test_stage_as_subprocess_is_killed_at_the_units_deadline():
         DEADLINE.at = None
 
 
+# A launcher as torchrun is one: its "rank" in a session of its own, ignoring SIGTERM
+STAND_IN_LAUNCHER = """
+import subprocess, sys, time
+rank = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                         "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('rank up', "
+                         "flush=True); time.sleep(600)"], start_new_session=True)
+print(f"rank {rank.pid}", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_timeout_kills_the_stages_whole_tree_a_rank_that_ignores_term_included(tmp_path):
+    """Stage e's torchrun starts its ranks in sessions of their own: the unit's timeout must
+    reach them (a stand-in rank that ignores SIGTERM), not only the launcher."""
+    from gpu_check import DEADLINE, UnitTimeout, run_cli
+
+    from common.processes import wait_gone
+
+    pid_file = tmp_path / "launcher.py"
+    pid_file.write_text(STAND_IN_LAUNCHER)
+    DEADLINE.at = time.monotonic() + 4
+    try:
+        with pytest.raises(UnitTimeout) as caught:
+            run_cli([str(pid_file)])
+    finally:
+        DEADLINE.at = None
+    out = caught.value.__cause__.stdout or ""
+    rank = int(next(line.split()[1] for line in out.splitlines() if line.startswith("rank ")))
+    assert not wait_gone({rank}), f"the stand-in rank {rank} outlived the unit's timeout"
+
+
 STUCK = """
 import signal, sys, time
 from pathlib import Path

@@ -9,6 +9,11 @@ the simulated run, the engine's log-probs included, at k = 1 and 2."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,11 +26,9 @@ pytestmark = pytest.mark.slow
 GAP_BOUND = {"rollout_logprob_gap_mean": 1e-5, "rollout_logprob_gap_max": 1e-4}
 
 
-def train_cli(model, out, *, staleness: int = 1, mode: str = "sync", steps: int = 3,
-              threads: bool = False) -> list[dict]:
-    """`python -m trainer` on the tiny model with vLLM; the metrics rows, timings dropped.
-    `threads`: OMP_NUM_THREADS=1 for the trainer (and the worker's one thread), so both
-    runs compute with the same thread counts."""
+def run_config(model, out, *, staleness: int = 1, mode: str = "sync", steps: int = 3,
+               debug: dict | None = None) -> Path:
+    """The run config of `train_cli`, written beside `out`."""
     cfg = parse_run_config({
         "run_id": out.name, "out_dir": str(out), "seed": 0,
         "model": {"path": str(model), "device": "cpu"},
@@ -34,9 +37,19 @@ def train_cli(model, out, *, staleness: int = 1, mode: str = "sync", steps: int 
                     "dynamic_sampling": False, "mode": mode},
         "optim": {"steps": steps, "lr": 1e-2},
         "tracking": {"mlflow_uri": None, "progress": False},
+        "debug": debug or {},
     }, f"test:{out.name}")
     path = out.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    return path
+
+
+def train_cli(model, out, *, staleness: int = 1, mode: str = "sync", steps: int = 3,
+              threads: bool = False) -> list[dict]:
+    """`python -m trainer` on the tiny model with vLLM; the metrics rows, timings dropped.
+    `threads`: OMP_NUM_THREADS=1 for the trainer (and the worker's one thread), so both
+    runs compute with the same thread counts."""
+    path = run_config(model, out, staleness=staleness, mode=mode, steps=steps)
     run_cli("trainer", "--config", str(path), env={"OMP_NUM_THREADS": "1"} if threads else None)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith("time_") and k != "tokens_per_sec"}
@@ -68,3 +81,18 @@ def test_async_vllm_equals_the_simulated_staleness(vllm_tiny, tmp_path, k):
                                                                for t in range(1, steps + 1)]
     assert all(r["rollout_logprob_gap_max"] < GAP_BOUND["rollout_logprob_gap_max"]
                for r in overlapped)
+
+
+def test_async_vllm_with_wrong_weights_under_the_right_label_stops(vllm_tiny, tmp_path):
+    """The worker skips loading step 1's weights into vLLM and samples with step 0's under
+    step 1's label: the fingerprint it returns stops the run before step 3 trains on it."""
+    out = tmp_path / "wrong"
+    path = run_config(vllm_tiny, out, mode="async", debug={"rollout_wrong_weights": 1})
+    proc = subprocess.run([sys.executable, "-m", "trainer", "--config", str(path)],
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert re.search(r"error: WrongWeights: .* under the label of step 1, but the weights it "
+                     r"holds have fingerprint", proc.stderr), proc.stderr[-3000:]
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [1, 2]
