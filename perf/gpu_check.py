@@ -10,8 +10,9 @@ line each) at once: a run cut off at any point keeps every row so far, and a sec
 with the same `--out` (e.g. `--stages b`) adds its header and rows after the first call's.
 A unit that fails is a FAILED row with the error's tail (a subprocess's stderr included),
 never the end of the run; a variant that runs out of GPU memory is a "does not fit" row.
-Each unit has a timeout from the budget (`unit_timeout`): one that hangs is stopped there
-and is a TIMED OUT row; one stuck where a signal cannot reach it (inside a C call) is
+Each unit has a timeout from the budget (`unit_timeout`): one that hangs is stopped there,
+with every process it started (torchrun's ranks in sessions of their own included:
+common.processes), and is a TIMED OUT row; one stuck where a signal cannot reach it (inside a C call) is
 recorded as such at the timeout plus a grace period, and the check then exits. Its
 temporary folder (stage b's model) is removed on every exit, TERM and INT included; one
 left by a KILL is removed by the next call.
@@ -37,7 +38,8 @@ Stages (each a row group of the table):
      trainer`); with several the job's GPUs are split, the last one the worker's
      (`rollout.gpus: 1`) and the others FSDP2 ranks under torchrun (`trainer.launch`), the
      simulated run on as many ranks; where the worker ran (its line in the trainer's log),
-     whether the metrics are equal and the wall-time ratio.
+     whether the metrics are equal and the ratio of their median step times (start-up,
+     the worker's own model load, is no part of a step).
 
 MFU = 3 x the forward FLOPs the update computes (2 x the decoder's parameters per real
 token, causal attention over each row's own context, and the LM head on the response
@@ -84,12 +86,16 @@ PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989
 BUDGET_S = 540  # the default budget: within a device command's 10 minutes, start-up aside
 STAGE_ORDER = "dcabe"  # by value per second: the head's error, the update's variants, the
 # loops, the async worker
-# Estimated seconds per unit (GPU, CPU --tiny), from the H200 run's stage times (a: 52 s of
+# Estimated seconds per unit (GPU, CPU --tiny); the GPU column from the H200 run's stage times (a: 52 s of
 # training and eval, c: ~2 s a step, 4 steps a variant after building its model) with a
 # margin for an H100's slower memory and each unit's start-up, compiles 28 layers for the
 # compiled rows: a budget guard, not a measurement.
-ESTIMATE_S = {"a": (120, 90), "b": (75, 25), "c": (20, 8), "c compiled": (75, 60), "d": (20, 6),
-              "e": (60, 60)}
+ESTIMATE_S = {"a": (120, 40), "b": (75, 15), "c": (20, 8), "c compiled": (75, 60), "d": (20, 25),
+              "e": (60, 50)}
+# The CPU column (--cpu --tiny) is what a 2-core AMD EPYC took (2 threads, 2026-12-07: d 17-20
+# s, a 16 s, e 25 s, the whole check 79 s) with a margin; its `calibrate_cpu` took
+# CPU_REFERENCE_S, and another machine scales the column by its own calibration.
+CPU_REFERENCE_S = 0.31
 UNIT_MARGIN = 3.0  # a unit's timeout: this many times its estimate, within the budget left
 HARD_GRACE_S = 30.0  # past its timeout, a unit a signal cannot stop ends the check
 TMP_PREFIX = "gpu_check_"
@@ -729,31 +735,61 @@ class Unit:
     run: Callable[[], list[dict]]
 
 
-def plan(device: Device, args, work: Path) -> list[Unit]:
-    """The units of `args.stages`, in order, each with its estimated seconds."""
+def calibrate_cpu() -> float:
+    """Seconds this machine takes for a fixed mix of what the CPU units spend their time on
+    (a vocabulary-wide bf16 and float64 product, as stage d's head, and the many small ops
+    of a tiny model's step), in this process's threads: the best of three after a warm-up,
+    so a busy moment does not count."""
+    gen = torch.Generator().manual_seed(0)
+    wide = torch.randn(VOCAB, 16, generator=gen)
+    small = torch.randn(64, 64, generator=gen)
+    best = float("inf")
+    for i in range(4):  # the first warms the kernels and the thread pool up, uncounted
+        start = time.perf_counter()
+        for dtype in (torch.bfloat16, torch.float64):
+            w = wide.to(dtype)
+            (w @ w[:256].T).sum().item()
+        x = small
+        for _ in range(6000):
+            x = torch.tanh(x @ small) * 0.5
+        if i:
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def cpu_scale(calibration_s: float) -> float:
+    """How much slower than the machine the CPU estimates were measured on this one is (never
+    below 1: a faster machine keeps the estimates, the budget's guard)."""
+    return max(1.0, calibration_s / CPU_REFERENCE_S)
+
+
+def plan(device: Device, args, work: Path, scale: float = 1.0) -> list[Unit]:
+    """The units of `args.stages`, in order, each with its estimated seconds (on CPU, the
+    reference machine's times `scale`d by `cpu_scale`)."""
     gpu = 0 if device.type == "cuda" else 1
+    estimate = {k: (v[0], v[1] * scale) for k, v in ESTIMATE_S.items()}
     units = []
     for stage in args.stages:
         if stage == "a":
-            units.append(Unit("a", "default DAPO cell + eval", ESTIMATE_S["a"][gpu],
+            units.append(Unit("a", "default DAPO cell + eval", estimate["a"][gpu],
                               lambda: stage_default_cell(device, args.tiny, work)))
         elif stage == "b":
             for name in LOOP_VARIANTS:
-                units.append(Unit("b", f"real loop{name}", ESTIMATE_S["b"][gpu],
+                units.append(Unit("b", f"real loop{name}", estimate["b"][gpu],
                                   lambda name=name: stage_real_loop(device, args.tiny, work, name)))
         elif stage == "c":
             for name, variant in UPDATE_VARIANTS.items():
                 compiled = variant[3]
                 if compiled and args.tiny:
                     continue  # inductor on a CPU: minutes; tests/trainer/test_parallelize.py
-                units.append(Unit("c", name, ESTIMATE_S["c compiled" if compiled else "c"][gpu],
+                units.append(Unit("c", name, estimate["c compiled" if compiled else "c"][gpu],
                                   lambda name=name: stage_update(device, args.tiny, name,
                                                                  args.steps)))
         elif stage == "d":
-            units.append(Unit("d", "chunked LM head", ESTIMATE_S["d"][gpu],
+            units.append(Unit("d", "chunked LM head", estimate["d"][gpu],
                               lambda: stage_head(device, args.tiny)))
         elif stage == "e":
-            units.append(Unit("e", "async rollouts", ESTIMATE_S["e"][gpu],
+            units.append(Unit("e", "async rollouts", estimate["e"][gpu],
                               lambda: stage_async(device, args.tiny, work)))
     return units
 
@@ -863,7 +899,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"removed {folder}, left by a check that was killed", flush=True)
     work = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}_"))
     try:
-        units = plan(device, args, work)
+        scale = 1.0
+        if device.type == "cpu":  # the CPU estimates are a 2-core laptop's: scaled to this one
+            calibration = calibrate_cpu()
+            scale = cpu_scale(calibration)
+            print(f"CPU calibration: {calibration:.2f} s against the reference's "
+                  f"{CPU_REFERENCE_S:.2f} s: estimates x{scale:.2f}", flush=True)
+        units = plan(device, args, work, scale)
         planned = fits(units, args.budget_s)
         total = sum(u.estimate_s for u, ok in zip(units, planned) if ok)
         print(f"plan (budget {args.budget_s:.0f} s, {total:.0f} s estimated; each unit "

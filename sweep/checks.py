@@ -41,6 +41,25 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
         check_reward(cfg["task"], source)
         check_crosscheck_prompt(sweep, cfg["task"], source)
     check_rollout_gpus(sweep, configs, source)
+    check_host_memory(sweep, source)
+
+
+def check_host_memory(sweep: SweepConfig, source: str) -> None:
+    """A GPU job whose host memory (sweep.sizing.host_estimate: vLLM's pinned copy, the
+    async worker's, /dev/shm, staleness snapshots) passes resources.train.mem_mb would be
+    killed by the kernel or SLURM hours in: refused here. Only where the model's shape is
+    known (a sizing preset's hub id, or a local folder with config.json)."""
+    from sweep.sizing import ARCHS, host_estimate, host_refusal
+
+    model = sweep.base.get("model", {})
+    path = str(model.get("path", TINY))
+    known = path in ARCHS or (Path(path) / "config.json").is_file()
+    if not known or sweep.resources.train.gpus < 1 or model.get("device") == "cpu":
+        return
+    staleness = max(sweep.axes.staleness or [0])
+    host = host_estimate(sweep.base, sweep.resources.train.model_dump(), staleness)
+    if (line := host_refusal("base", host)) is not None:
+        raise SweepError(f"{source}: {line}")
 
 
 def check_rollout_gpus(sweep: SweepConfig, configs: list[dict], source: str) -> None:

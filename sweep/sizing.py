@@ -22,12 +22,21 @@ trainer's update on an H200 (MEASURED_MFU: checkpointing's recompute is inside i
 Checkpointing: the table's last column says whether a job fits its GPU without it (then
 set model.gradient_checkpointing: false: the update measured 1.17x faster without).
 The bandwidth factor is an assumption, printed with the table.
+
+Host memory (a second table, `host_estimate`): what the job's first node holds beside the
+GPUs: vLLM's pinned copy when it sleeps at level 1 (rounded up per tensor to a power of two
+by torch's pinned-memory cache: about 21 GiB for Qwen3-8B's 15.3 GiB of bf16 weights), the
+async worker's copy and its /dev/shm push, the staleness snapshots, rank 0's whole weights,
+and each process's own. A preset whose total passes `resources.train.mem_mb` exits 1 with
+one line, and `snakemake -n` refuses it before any job (sweep.checks).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import operator
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,6 +201,104 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     return out
 
 
+# ---------------------------------------------------------------------------- host memory
+
+# A training rank's own host memory beside what is sized here (the Python heap, torch and
+# CUDA's host state, NCCL's buffers): an assumption, printed with the table.
+PROCESS_GIB = 4.0
+
+
+def pinned(nbytes: float) -> float:
+    """Host bytes of one pinned block: torch's pinned-memory cache (CachingHostAllocator)
+    rounds every request up to a power of two."""
+    return float(2 ** math.ceil(math.log2(nbytes))) if nbytes > 0 else 0.0
+
+
+def vllm_weight_tensors(arch: Arch, tied: bool) -> list[float]:
+    """bf16 bytes of each weight tensor as vLLM holds it: q, k and v fused, gate and up
+    fused, per layer; the embedding, and the LM head unless tied (norms: negligible)."""
+    q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
+    layer = [(q + 2 * kv) * arch.hidden, q * arch.hidden, 2 * arch.intermediate * arch.hidden,
+             arch.intermediate * arch.hidden]
+    ends = [arch.vocab * arch.hidden] * (1 if tied else 2)
+    return [2.0 * n for n in layer * arch.layers + ends]
+
+
+def host_estimate(base: dict, resources: dict, staleness: int = 0) -> dict[str, float]:
+    """GiB of host memory on the job's first node (rank 0's, the fullest), by term.
+
+    - `pinned`: vLLM asleep at level 1 copies its bf16 weights to pinned host memory, each
+      tensor rounded up to a power of two (`pinned`): one copy per engine (each sync rank's,
+      or the async worker's, its tensor-parallel slices rounded each); level 2 keeps none.
+    - `worker`: the async worker's own copy of the model, where the weights arrive.
+    - `hand_off`: one push in /dev/shm (memory): the whole weights, the first time.
+    - `staleness`: the k snapshots `rollout.staleness` queues (each rank its slice), k the
+      larger of the base's and `staleness` (a grid's largest value).
+    - `rank0_full`: rank 0's whole weights at set-up (it reads them for every rank) and for
+      each HF checkpoint (gathered in float32).
+    - `processes`: PROCESS_GIB per rank and worker on the node."""
+    arch = _arch(base["model"]["path"])
+    model, rollout = base.get("model", {}), base.get("rollout", {})
+    lora = model.get("lora")
+    weight_bytes = 2 if model.get("dtype") in ("bfloat16", "float16") else 4
+    trained = lora_params(arch, lora.get("rank", 8)) if lora else 0.0
+    full = arch.params * weight_bytes + 4 * trained
+    gpus, nodes = resources.get("gpus", 1), resources.get("nodes", 1)
+    overlapped = rollout.get("mode", "sync") == "async"
+    worker_gpus = rollout.get("gpus", 0) if overlapped else 0
+    ranks_here = max(gpus - worker_gpus, 1)
+    ranks_all = ranks_here + (nodes - 1) * gpus
+    out = dict.fromkeys(("pinned", "worker", "hand_off", "staleness", "rank0_full",
+                         "processes"), 0.0)
+    if rollout.get("engine", "hf") == "vllm":
+        serves_adapters = bool(lora) and rollout.get("vllm_lora", "adapters") == "adapters"
+        level = rollout.get("vllm_sleep_level") or (1 if serves_adapters else 2)
+        if level == 1:
+            tied = arch.params < 5e9  # Qwen3 up to 4B ties its head to the embedding
+            tp = max(worker_gpus, 1)
+            one = sum(tp * pinned(t / tp) for t in vllm_weight_tensors(arch, tied))
+            out["pinned"] = one * (1 if overlapped else ranks_here)
+    if overlapped:
+        out["worker"] = out["hand_off"] = full
+    k = max(rollout.get("staleness", 0), staleness)  # the grid's largest (an axis) counts
+    out["staleness"] = k * full * ranks_here / ranks_all
+    out["rank0_full"] = full if lora else 4 * arch.params  # LoRA: merged in the base's dtype
+    out["processes"] = PROCESS_GIB * GiB * (ranks_here + overlapped)
+    out = {key: v / GiB for key, v in out.items()}
+    out["total"] = sum(out.values())
+    out["node_gib"] = resources.get("mem_mb", 0) / 1024
+    return out
+
+
+def host_table(rows: list[tuple[str, dict]]) -> str:
+    lines = ["| preset | vLLM pinned (sleep 1) | async worker | /dev/shm push | staleness "
+             "snapshots | rank 0's full copy | processes | host / node | the job asks |",
+             "|" + "---|" * 9]
+    for name, h in rows:
+        lines.append(f"| {name} | {h['pinned']:.1f} | {h['worker']:.1f} | {h['hand_off']:.1f} "
+                     f"| {h['staleness']:.1f} | {h['rank0_full']:.1f} | {h['processes']:.0f} | "
+                     f"{h['total']:.0f} GiB | {h['node_gib']:.0f} GiB "
+                     f"({'fits' if h['total'] <= h['node_gib'] else 'DOES NOT FIT'}) |")
+    lines.append(f"\nHost GiB on the job's first node (rank 0's): vLLM asleep at level 1 keeps a "
+                 "pinned bf16 copy of its weights, each tensor rounded up to a power of two by "
+                 "torch's pinned-memory cache (one per engine: each sync rank's, or the async "
+                 "worker's); the async worker's copy of the model and one whole push in "
+                 "/dev/shm; the k snapshots of rollout.staleness; rank 0's whole weights (set-"
+                 f"up, checkpoints); {PROCESS_GIB:g} GiB per process (an assumption). The job "
+                 "asks resources.train.mem_mb.")
+    return "\n".join(lines)
+
+
+def host_refusal(name: str, h: dict) -> str | None:
+    """One line when the host total passes what the job asks, else None."""
+    if h["node_gib"] and h["total"] > h["node_gib"]:
+        return (f"{name}: about {h['total']:.0f} GiB of host memory on the first node, more "
+                f"than resources.train.mem_mb={h['node_gib'] * 1024:.0f} "
+                f"({h['node_gib']:.0f} GiB): raise mem_mb, or lower the terms in "
+                "`python -m sweep.sizing` (vllm_sleep_level: 2 drops the pinned copy)")
+    return None
+
+
 def load(paths: list[str]) -> dict:
     """The merged sweep file(s), overlays last (as `snakemake --configfile a b` merges)."""
     from sweep.spec import merged  # lazy: the sweep spec imports the evaluation's engines
@@ -260,6 +367,8 @@ def preset_row(paths, gpu: Gpu, mean_response: float = MEAN_RESPONSE) -> tuple[s
                           for m in data.get("methods", []))
     row = estimate(data["base"], gpus, gpu, keeps_reference, mean_response)
     row["gpus"], row["steps"] = gpus, data["base"].get("optim", {}).get("steps", 100)
+    row["host"] = host_estimate(data["base"], data.get("resources", {}).get("train", {}),
+                                max(data.get("axes", {}).get("staleness", [0]) or [0]))
     return data.get("name", paths[0]), row
 
 
@@ -277,7 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     presets = PRESETS if args.all else [tuple(args.configs)]
     rows = [preset_row(p, GPUS[args.gpu], args.mean_response) for p in presets]
     print(table(rows, args.gpu, args.mean_response))
-    return 0
+    print()
+    print(host_table([(name, r["host"]) for name, r in rows]))
+    refusals = [line for name, r in rows if (line := host_refusal(name, r["host"]))]
+    for line in refusals:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if refusals else 0
 
 
 if __name__ == "__main__":

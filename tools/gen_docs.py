@@ -305,10 +305,11 @@ def gen_metrics() -> str:
 
 def gen_sizing() -> str:
     """Per-GPU memory and step time of every shipped preset (`python -m sweep.sizing --all`)."""
-    from sweep.sizing import GPUS, MEAN_RESPONSE, PRESETS, preset_row, table
+    from sweep.sizing import GPUS, MEAN_RESPONSE, PRESETS, host_table, preset_row, table
 
     rows = [preset_row(paths, GPUS["h100"], MEAN_RESPONSE) for paths in PRESETS]
-    return table(rows, "h100", MEAN_RESPONSE).rstrip("\n") + "\n"
+    return (table(rows, "h100", MEAN_RESPONSE).rstrip("\n") + "\n\n"
+            + host_table([(name, r["host"]) for name, r in rows]).rstrip("\n") + "\n")
 
 
 # ---------------------------------------------------------------------------------------

@@ -249,6 +249,20 @@ def test_an_h100_plan_finishes_within_10_minutes():
     assert len(compiled) == 2  # selective checkpointing under compile is measured
 
 
+def test_cpu_estimates_scale_with_this_machines_calibration():
+    """A machine slower than the reference stretches the CPU estimates (and so each unit's
+    timeout) by its calibration; a faster one keeps them; GPU estimates never move."""
+    from gpu_check import CPU_REFERENCE_S, ESTIMATE_S, calibrate_cpu, cpu_scale, plan
+
+    assert cpu_scale(CPU_REFERENCE_S / 2) == 1.0 and cpu_scale(3 * CPU_REFERENCE_S) == 3.0
+    args = SimpleNamespace(stages="d", tiny=True, steps=1)
+    (slow,) = plan(SimpleNamespace(type="cpu"), args, None, scale=3.0)
+    assert slow.estimate_s == 3 * ESTIMATE_S["d"][1]
+    (gpu,) = plan(SimpleNamespace(type="cuda"), args, None, scale=3.0)
+    assert gpu.estimate_s == ESTIMATE_S["d"][0]
+    assert 0 < calibrate_cpu() < 30
+
+
 def test_the_async_unit_splits_a_devices_gpus_between_ranks_and_the_worker():
     """One GPU: the worker shares it. Several: the last is the worker's, the trainer a
     power of two of the rest (its batch splits evenly)."""

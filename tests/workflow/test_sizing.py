@@ -107,3 +107,49 @@ def test_an_async_split_sizes_each_side_and_a_step_as_the_larger(model_dir):
     assert shared["total"] == pytest.approx(shared["weights"] + shared["adamw"]
                                             + shared["grads"] + shared["activations"]
                                             + shared["vllm"])
+
+
+def test_host_memory_rounds_vllms_pinned_copy_per_tensor_to_a_power_of_two():
+    """Qwen3-8B's bf16 weights are 15.3 GiB; asleep at level 1, vLLM's pinned copy takes
+    about 20.9 GiB: each fused tensor rounded up (qkv 48 -> 64 MiB, gate_up 192 -> 256 MiB,
+    down 96 -> 128 MiB, o 32 MiB exact, the embedding and the untied head 1.16 -> 2 GiB)."""
+    from sweep.sizing import ARCHS, host_estimate, pinned
+
+    mib_per_layer = 64 + 32 + 256 + 128  # qkv, o, gate_up, down: rounded by hand
+
+    assert pinned(48 * 2**20) == 64 * 2**20 and pinned(32 * 2**20) == 32 * 2**20
+    base = {"model": {"path": "Qwen/Qwen3-8B", "dtype": "bfloat16",
+                      "lora": {"rank": 32, "target_modules": "all-linear"}},
+            "rollout": {"engine": "vllm"}}
+    host = host_estimate(base, {"gpus": 1, "mem_mb": 128000})
+    layers = ARCHS["Qwen/Qwen3-8B"].layers
+    assert host["pinned"] == pytest.approx((layers * mib_per_layer + 2 * 2048) / 1024)
+    asleep_2 = host_estimate({**base, "rollout": {"engine": "vllm", "vllm_sleep_level": 2}},
+                             {"gpus": 1, "mem_mb": 128000})
+    assert asleep_2["pinned"] == 0 and host["total"] - asleep_2["total"] == host["pinned"]
+
+
+def test_async_and_staleness_add_the_workers_copy_the_push_and_the_snapshots():
+    from sweep.sizing import GiB, host_estimate
+
+    base = {"model": {"path": "Qwen/Qwen3-8B"}, "rollout": {"mode": "async", "staleness": 2}}
+    host = host_estimate(base, {"gpus": 8, "mem_mb": 800000})
+    full = 8.19e9 * 4 / GiB  # float32 weights
+    assert host["worker"] == pytest.approx(full) and host["hand_off"] == pytest.approx(full)
+    assert host["staleness"] == pytest.approx(2 * full)  # every rank's slices, one node
+    assert host["processes"] == pytest.approx(4.0 * 9)  # 8 ranks and the worker
+
+
+def test_a_preset_that_passes_its_nodes_memory_is_refused(tmp_path, capsys):
+    from sweep.sizing import main
+
+    overlay = tmp_path / "small-node.yaml"
+    overlay.write_text("resources:\n  train: {gpus: 1, cpus: 16, mem_mb: 32000, "
+                       "runtime_min: 720}\n")
+    assert main(["config/single-gpu-lora.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "peak / GPU" in out and "host / node" in out  # host memory beside GPU memory
+    assert main(["config/single-gpu-lora.yaml", str(overlay)]) == 1
+    err = capsys.readouterr().err
+    assert "error: single-gpu-lora: about 40 GiB of host memory on the first node, more than " \
+           "resources.train.mem_mb=32000" in err
