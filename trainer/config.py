@@ -413,6 +413,9 @@ class DebugConfig(_Section):
         None, ge=1, description="step whose HF checkpoint write sends SIGTERM to its own "
         "process (rank 0, the writer) before writing (drill: a signal landing inside a save "
         "is handled at the next step, which saves its state before exiting 75)")
+    signal_in_update: int | None = Field(
+        None, ge=1, description="step whose update sends SIGTERM to its own process (rank 0) "
+        "before it starts (drill: a signal during the update is handled at the step's end)")
     rollout_worker_fault: tuple[int, Literal["raise", "exit", "exit_loading"]] | None = Field(
         None, description="[step, raise|exit|exit_loading]: under rollout.mode async the "
         "rollout worker raises, or exits at once with code 17, when asked for that step's "

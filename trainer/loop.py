@@ -29,7 +29,9 @@ length (padded).
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -253,6 +255,8 @@ class Trainer:
                                         self.method.advantage, mask=mask, token_penalty=penalty)
 
         # -- 4. update
+        if self.cfg.debug.signal_in_update == self.global_step and self.world.main:
+            os.kill(os.getpid(), signal.SIGTERM)  # the drill: a signal mid-step
         t2 = time.perf_counter()
         learned = up.update(loss_batch(batch, rollout.truncated, self.cfg.rollout.mask_truncated),
                             old_logp, ref_logp, advantages, mu_logp)

@@ -344,13 +344,15 @@ def test_a_hung_rank_is_named_within_the_collective_timeout(tiny_model, tmp_path
 # ------------------------------------------------------------------ preemption
 
 
-@pytest.mark.parametrize("when", ["rollout", "checkpoint"])
+@pytest.mark.parametrize("when", ["rollout", "update", "checkpoint"])
 def test_sigterm_inside_a_step_saves_exits_75_and_resumes_the_same(tiny_model, tmp_path,
                                                                    reference, when):
-    """Rollout: the signal lands while the worker samples (a 4 s generate); checkpoint: it
-    lands inside the HF checkpoint write (debug.signal_in_checkpoint). Either way the step
-    ends, the state is saved, the job exits 75 and the rerun equals the uninterrupted run."""
-    debug = ({"rollout_delay_s": 4} if when == "rollout" else {"signal_in_checkpoint": 1})
+    """Rollout: the signal lands while the worker samples (a 4 s generate); update: as the
+    update starts (debug.signal_in_update); checkpoint: inside the HF checkpoint write
+    (debug.signal_in_checkpoint). Each time the step ends, the state is saved, the job exits
+    75 and the rerun equals the uninterrupted run."""
+    debug = {"rollout": {"rollout_delay_s": 4}, "update": {"signal_in_update": 2},
+             "checkpoint": {"signal_in_checkpoint": 1}}[when]
     checkpoint = {"eval_steps": [1, 3]} if when == "checkpoint" else {}
     config, run = write_config(tmp_path, f"term-{when}", tiny_model, debug=debug,
                                checkpoint=checkpoint)
