@@ -284,6 +284,12 @@ def verdict_text(title: str, verdicts: dict[str, Verdict]) -> str:
     return "\n".join(lines)
 
 
+# Exit codes: 0 certified, 2 bad input (an unknown option, a value the framework's parser
+# refuses, a non-finite coefficient), 3 a setting the framework accepts but then rejects
+# where it computes the KL (verl's "+" estimators): there is no gradient to certify.
+PEER_REJECTS_EXIT = 3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m algorithms.certify", description=__doc__,
@@ -309,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(peer.options_text())
                 return 0
             chosen = peer.parse(options)
+            refusal = peer.refusal(chosen)
+            if refusal is not None:  # the framework itself raises: nothing to certify
+                if args.json:
+                    print(json.dumps({"framework": peer.name, "peer_accepts": False,
+                                      "peer_refusal": refusal}, indent=2))
+                print(f"certify: {refusal}", file=sys.stderr)
+                return PEER_REJECTS_EXIT
             setting = peer.resolve(chosen)
             title = (f"{peer.name} {peer.version} ({peer.commit[:10]}) "
                      f"{' '.join(f'{k}={v}' for k, v in chosen.items())}: {describe(setting)}")
@@ -327,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # tiny tensors: extra threads only add synchronisation cost
     verdicts = certify(setting)
     if args.json:
-        print(json.dumps({k: v.as_dict() for k, v in verdicts.items()}, indent=2))
+        out = {k: v.as_dict() for k, v in verdicts.items()}
+        if args.framework is not None:  # the framework runs it: its verdicts, labelled
+            out = {"framework": args.framework, "peer_accepts": True, "verdicts": out}
+        print(json.dumps(out, indent=2))
     else:
         print(verdict_text(title, verdicts))
     return 0

@@ -17,6 +17,7 @@ own token (NeMo-RL; slime's reinforce_plus_plus_baseline): placement "reward_tok
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,7 +29,10 @@ BOOL = ("true", "false")
 
 @dataclass(frozen=True)
 class Option:
-    """One KL-related option: its accepted values (None: a number >= 0) and its default."""
+    """One KL-related option: the values the framework's own parser accepts (None: a finite
+    number >= 0; BOOL: true or false in any case, as every peer's parser reads a boolean;
+    named values exactly, case included, as argparse's `choices` and the peers' string
+    comparisons read them) and its default."""
 
     default: str
     values: tuple[str, ...] | None = BOOL
@@ -39,14 +43,18 @@ class Option:
             try:
                 number = float(value)
             except ValueError:
-                number = -1.0
-            if number < 0:
-                raise ValueError(f"{key}={value!r} is not a number >= 0")
+                number = float("nan")
+            if not (math.isfinite(number) and number >= 0):
+                raise ValueError(f"{key}={value!r} is not accepted; give a finite number >= 0")
             return value
-        if value.lower() not in self.values:
+        if self.values == BOOL:
+            if value.lower() not in BOOL:
+                raise ValueError(f"{key}={value!r} is not accepted; choose true or false")
+            return value.lower()
+        if value not in self.values:
             raise ValueError(f"{key}={value!r} is not accepted; choose one of "
                              f"{list(self.values)}")
-        return value.lower()
+        return value
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,9 @@ class Peer:
     resolve_fn: Callable[[dict[str, str]], Setting]
     advice: str  # what to set for the reverse-KL gradient
     rows: tuple[tuple[str, dict[str, str]], ...] = field(default=())  # (label, options)
+    # why the framework itself refuses a choice its parser takes (an error raised where the
+    # option is used, at run time, file:line at `commit`), None when it runs
+    refusal_fn: Callable[[dict[str, str]], str | None] = field(default=lambda chosen: None)
 
     def parse(self, tokens: list[str]) -> dict[str, str]:
         """`key=value` tokens (a bare `--flag` or `flag` means true; leading dashes dropped,
@@ -79,6 +90,12 @@ class Peer:
 
     def resolve(self, chosen: dict[str, str]) -> Setting:
         return self.resolve_fn({k: chosen.get(k, o.default) for k, o in self.options.items()})
+
+    def refusal(self, chosen: dict[str, str]) -> str | None:
+        """One line when the framework rejects this choice ("verl b178a3c rejects
+        kl_loss_type=k3+: ..."), None when it runs it."""
+        why = self.refusal_fn({k: chosen.get(k, o.default) for k, o in self.options.items()})
+        return None if why is None else f"{self.name} {self.commit[:7]} rejects {why}"
 
     def options_text(self) -> str:
         lines = [f"{self.name} {self.version} at {self.commit} ({', '.join(self.sources)}):"]
@@ -100,18 +117,35 @@ def _positive(value: str) -> bool:
 
 
 # --- verl -------------------------------------------------------------------------------------
-# core_algos.kl_penalty: kl/k1 -> k1, abs, mse/k2 -> k2, low_var_kl/k3 -> clamped k3; a "+"
-# suffix keeps the value and takes k2's gradient (straight-through). "k2+"/"mse+" and "full"
-# raise NotImplementedError there, so they are not accepted here.
+# core_algos.kl_penalty: kl/k1 -> k1, abs, mse/k2 -> k2, low_var_kl/k3 -> clamped k3. A "+"
+# suffix was meant to keep the value and take k2's gradient (straight-through), but at the
+# pinned commit kl_penalty passes the suffixed name to kl_penalty_forward (line 1853), which
+# matches no branch and raises NotImplementedError (line 1902; "full" at 1900): every "+"
+# name, like "full", fails where verl computes the KL (since b8dc5377c, August 2025). verl's
+# config takes any string, so these are accepted here and reported as rejected (exit 3).
 _VERL_KL = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2",
             "low_var_kl": "low_var_kl", "k3": "low_var_kl", "kl+": "k1+", "k1+": "k1+",
-            "abs+": "abs+", "low_var_kl+": "low_var_kl+", "k3+": "low_var_kl+"}
+            "abs+": "abs+", "low_var_kl+": "low_var_kl+", "k3+": "low_var_kl+", "k2+": "k2",
+            "mse+": "k2", "full": None}
+_VERL_RAISES = "verl/trainer/ppo/core_algos.py"
+
+
+def _verl_refusal(o: dict[str, str]) -> str | None:
+    for switch, key in (("use_kl_loss", "kl_loss_type"), ("use_kl_in_reward", "kl_penalty")):
+        name = o[key]
+        if _on(o[switch]) and (name.endswith("+") or name == "full"):
+            line = 1900 if name == "full" else 1902
+            return (f"{key}={name}: kl_penalty_forward raises NotImplementedError, "
+                    f"{_VERL_RAISES}:{line}")
+    return None
 
 
 def _verl(o: dict[str, str]) -> Setting:
     # dp_actor / megatron_actor: policy_loss + kl_loss_coef * agg(kl_penalty(logp, ref)), no
     # weight; ray_trainer.apply_kl_penalty: token_level_rewards = scores - beta * kl_penalty(
     # old_log_probs, ref) (both placements may be on at once).
+    if _verl_refusal(o) is not None:
+        raise ValueError(_verl_refusal(o))  # nothing to certify: verl raises there
     terms = []
     if _on(o["use_kl_loss"]):
         terms.append(Term(_VERL_KL[o["kl_loss_type"]], "loss"))
@@ -135,11 +169,13 @@ PEERS.register("verl", Peer(
                              "estimator"),
     },
     resolve_fn=_verl,
-    advice="use_kl_in_reward=true with kl_penalty=kl (k1; k1+ has its value, all a reward "
-           "uses) is the only verl setting whose expected gradient is the sequence reverse-KL "
-           "gradient (on-policy); in the loss, "
-           "kl_loss_type=mse or a \"+\" variant gives it per token, on-policy only, and the "
-           "default low_var_kl gives the forward KL's.",
+    refusal_fn=_verl_refusal,
+    advice="use_kl_in_reward=true with kl_penalty=kl (k1) is the only verl setting whose "
+           "expected gradient is the sequence reverse-KL gradient (on-policy); in the loss, "
+           "kl_loss_type=mse gives it per token, on-policy only, and the default low_var_kl "
+           "gives the forward KL's. The \"+\" variants (k3+, low_var_kl+, k1+, ...) would give "
+           "k2's gradient, but verl at this commit rejects them: kl_penalty_forward raises "
+           "NotImplementedError (core_algos.py:1902).",
     rows=(
         ("GRPO default: use_kl_loss, low_var_kl", {"use_kl_loss": "true"}),
         ("use_kl_loss, kl (k1)", {"use_kl_loss": "true", "kl_loss_type": "kl"}),
@@ -194,7 +230,8 @@ PEERS.register("trl", Peer(
 def _openrlhf(o: dict[str, str]) -> Setting:
     # ppo_actor: with algo.kl.use_loss, actor_loss + kl_ctl * agg(compute_approx_kl(logp, ref,
     # estimator)), no weight; without it, experience_maker puts -init_coef * kl (rollout
-    # log-probs) in the reward and get_cumulative_returns makes it a cost-to-go.
+    # log-probs) in the reward, and the default advantage estimator (gae with gamma = lambda = 1)
+    # makes it a cost-to-go: the same expectation as a cumulative return.
     # compute_approx_kl clamps every estimator's value to [-10, 10]. No unbiased flag here.
     if not _positive(o["algo.kl.init_coef"]):
         return ()

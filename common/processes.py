@@ -88,13 +88,14 @@ def wait_gone(pids: set[int], timeout: float = 5.0) -> set[int]:
     """The pids still alive (not zombies) after up to `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        left = {p for p in pids if _alive(p)}
+        left = {p for p in pids if alive(p)}
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """`pid` runs (a zombie, ended and not yet reaped, does not)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):

@@ -264,6 +264,11 @@ def gen_kl_certificate_peers() -> str:
     rows = []
     for peer in PEERS.values():
         for label, options in peer.rows:
+            refusal = peer.refusal(options)
+            if refusal is not None:  # the framework raises: a row that warns, no verdicts
+                rows.append([peer.name, label, f"rejected: {refusal.split(': ', 1)[1]}",
+                             *["rejected by the framework"] * len(REGIMES)])
+                continue
             setting = peer.resolve(options)
             rows.append([peer.name, label, describe(setting), *table_row(setting)])
     text = markdown_table(header, rows)

@@ -299,7 +299,26 @@ def test_framework_json_output(capsys):
     argv = ["--framework", "verl", "use_kl_loss=true", "kl_loss_type=low_var_kl", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [v["equals"] for v in out.values()] == ["forward_kl", "none", "none", "none"]
+    assert (out["framework"], out["peer_accepts"]) == ("verl", True)
+    assert [v["equals"] for v in out["verdicts"].values()] == ["forward_kl", "none", "none",
+                                                               "none"]
+
+
+def test_a_setting_the_framework_rejects_exits_3_naming_the_raise(capsys):
+    argv = ["--framework", "verl", "use_kl_loss=true", "kl_loss_type=k3+"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err.strip()
+    assert err == ("certify: verl b178a3c rejects kl_loss_type=k3+: kl_penalty_forward raises "
+                   "NotImplementedError, verl/trainer/ppo/core_algos.py:1902")
+    assert main([*argv, "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["peer_accepts"] is False and "NotImplementedError" in out["peer_refusal"]
+
+
+@pytest.mark.parametrize("beta", ["nan", "inf", "-1"])
+def test_a_non_finite_or_negative_coefficient_exits_2(capsys, beta):
+    assert main(["--framework", "trl", f"beta={beta}"]) == 2
+    assert "give a finite number >= 0" in capsys.readouterr().err
 
 
 def test_plain_verdict(capsys):
@@ -313,7 +332,7 @@ def test_plain_verdict(capsys):
     (["--framework", "nope"], "choose one of ['verl', 'trl', 'openrlhf', 'slime', 'nemo-rl', "
                               "'skyrl']"),
     (["--framework", "verl", "foo=1"], "its options: ['use_kl_loss', 'kl_loss_type'"),
-    (["--framework", "verl", "kl_loss_type=k2+"], "choose one of ['kl', 'k1', 'abs', 'mse'"),
+    (["--framework", "verl", "kl_loss_type=K3"], "choose one of ['kl', 'k1', 'abs', 'mse'"),
     (["--estimator", "k9"], "estimator='k9' is not registered; choose one of ['k1', 'k2'"),
     (["--estimator", "k1", "--placement", "side"], "choose one of ['loss', 'reward', "
                                                     "'reward_token', 'both', 'none']"),

@@ -23,14 +23,15 @@ LOSS_K1 = (Z, N, Z, N)  # E_pi[grad log pi] = 0 on-policy, per token and per seq
 RATIO = (R, R, N, N)  # unbiased value x differentiated ratio: per token, on and off
 REWARD_K1 = (R, N, R, N)  # cost-to-go REINFORCE: exact on-policy, penalty frozen at pi_old
 OTHER = (N, N, N, N)
+REJECTED = None  # the framework raises where it computes the KL: nothing to certify
 
 EXPECTED = {
     ("verl", "GRPO default: use_kl_loss, low_var_kl"): ((Term("low_var_kl", "loss"),), LOSS_K3),
     ("verl", "use_kl_loss, kl (k1)"): ((Term("k1", "loss"),), LOSS_K1),
     ("verl", "use_kl_loss, mse (k2)"): ((Term("k2", "loss"),), LOSS_K2),
     ("verl", "use_kl_loss, abs"): ((Term("abs", "loss"),), OTHER),
-    ("verl", "use_kl_loss, low_var_kl+"): ((Term("low_var_kl+", "loss"),), LOSS_K2),
-    ("verl", "use_kl_loss, k1+"): ((Term("k1+", "loss"),), LOSS_K2),
+    ("verl", "use_kl_loss, low_var_kl+"): REJECTED,  # NotImplementedError in verl itself
+    ("verl", "use_kl_loss, k1+"): REJECTED,
     ("verl", "use_kl_in_reward, kl (k1)"): ((Term("k1", "reward"),), REWARD_K1),
     ("verl", "use_kl_in_reward, low_var_kl"): ((Term("low_var_kl", "reward"),), OTHER),
     ("verl", "both: low_var_kl in loss, kl in reward"): (
@@ -72,6 +73,12 @@ def test_every_row_is_pinned():
 
 @pytest.mark.parametrize("name,label,options", ROWS, ids=[f"{n}: {lab}" for n, lab, _ in ROWS])
 def test_row_mapping_and_verdict(name, label, options):
+    if EXPECTED[(name, label)] is REJECTED:
+        assert PEERS[name].refusal(options) is not None
+        with pytest.raises(ValueError, match="NotImplementedError"):
+            PEERS[name].resolve(options)
+        return
+    assert PEERS[name].refusal(options) is None
     terms, verdict = EXPECTED[(name, label)]
     setting = PEERS[name].resolve(options)
     assert setting == terms
@@ -89,20 +96,44 @@ def test_each_framework_is_pinned_to_a_commit_and_its_files(name):
 
 def test_verl_spellings():
     verl = PEERS["verl"]
-    for alias, estimator in (("kl", "k1"), ("mse", "k2"), ("k3", "low_var_kl"),
-                             ("k3+", "low_var_kl+"), ("kl+", "k1+")):
+    for alias, estimator in (("kl", "k1"), ("mse", "k2"), ("k3", "low_var_kl")):
         setting = verl.resolve(verl.parse(["use_kl_loss=true", f"kl_loss_type={alias}"]))
         assert setting == (Term(estimator, "loss"),)
     assert verl.resolve(verl.parse([])) == ()  # neither placement on by default
-    for refused in ("full", "k2+", "mse+"):  # NotImplementedError in verl's kl_penalty
-        with pytest.raises(ValueError, match=f"kl_loss_type='{re.escape(refused)}' is not"):
-            verl.parse([f"kl_loss_type={refused}"])
+
+
+@pytest.mark.parametrize("name", ["k1+", "kl+", "abs+", "low_var_kl+", "k3+", "k2+", "mse+",
+                                  "full"])
+@pytest.mark.parametrize("switch,key", [("use_kl_loss", "kl_loss_type"),
+                                        ("use_kl_in_reward", "kl_penalty")])
+def test_verl_rejects_every_plus_estimator_and_full_where_it_computes_the_kl(name, switch, key):
+    """At b178a3c kl_penalty hands the suffixed name to kl_penalty_forward, which raises
+    NotImplementedError (core_algos.py:1902; "full": 1900): verl's config takes the name,
+    the run fails. An unused option (its placement off) is not a refusal."""
+    verl = PEERS["verl"]
+    line = 1900 if name == "full" else 1902
+    assert verl.refusal(verl.parse([f"{switch}=true", f"{key}={name}"])) == (
+        f"verl b178a3c rejects {key}={name}: kl_penalty_forward raises NotImplementedError, "
+        f"verl/trainer/ppo/core_algos.py:{line}")
+    assert verl.refusal(verl.parse([f"{key}={name}"])) is None
+
+
+def test_values_are_read_as_each_framework_reads_them():
+    """Named values exactly (argparse's choices are case-sensitive: OpenRLHF refuses K1),
+    booleans in any case, coefficients finite and >= 0."""
+    openrlhf, trl = PEERS["openrlhf"], PEERS["trl"]
+    with pytest.raises(ValueError, match="algo.kl.estimator='K1' is not accepted"):
+        openrlhf.parse(["algo.kl.estimator=K1"])
+    assert trl.parse(["use_bias_correction_kl=True"])["use_bias_correction_kl"] == "true"
+    for bad in ("nan", "inf", "-0.1", "x"):
+        with pytest.raises(ValueError, match=f"beta='{bad}' is not accepted; give a finite "):
+            trl.parse([f"beta={bad}"])
 
 
 def test_parse_reads_flags_dashes_and_defaults():
     slime = PEERS["slime"]
     chosen = slime.parse(["--use-kl-loss", "--kl-loss-coef=0.01", "--use-unbiased-kl",
-                          "--kl-loss-type=K3"])
+                          "--kl-loss-type=k3"])
     assert chosen["use_kl_loss"] == "true" and chosen["kl_loss_type"] == "k3"
     assert chosen["advantage_estimator"] == "grpo"  # default filled in
     assert slime.resolve(chosen) == (Term("k3", "loss", "ratio"),)
@@ -121,7 +152,7 @@ def test_openrlhf_zero_coefficient_has_no_kl_term():
 
 @pytest.mark.parametrize("peer,tokens,message", [
     ("verl", ["bogus=1"], "verl has no KL option 'bogus'; its options: ['use_kl_loss'"),
-    ("trl", ["beta=-1"], "beta='-1' is not a number >= 0"),
+    ("trl", ["beta=-1"], "beta='-1' is not accepted; give a finite number >= 0"),
     ("trl", ["beta"], "trl option 'beta' needs a value: beta=VALUE"),
     ("slime", ["advantage_estimator=ppo"], "choose one of ['grpo', 'gspo', 'cispo', "
                                            "'reinforce_plus_plus', "

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.processes import alive, descendants, wait_gone
 from trainer.handoff import SHM, SHM_PREFIX, SPILL_DIR
 
 pytestmark = [pytest.mark.slow,
@@ -49,28 +50,6 @@ def write_config(tmp_path: Path, name: str, model: Path, **sections) -> tuple[Pa
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path, Path(cfg["out_dir"])
-
-
-def descendants(pid: int) -> set[int]:
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                kids = {int(c) for c in (task / "children").read_text().split()}
-                todo += list(kids - out)
-                out |= kids
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state != "Z"
 
 
 def environ(pid: int) -> dict[str, str]:
@@ -121,6 +100,13 @@ class Job:
             assert time.monotonic() < deadline, f"no {pattern!r} in {timeout} s"
             time.sleep(0.05)
 
+    def wait_for_file(self, path: Path, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            assert self.proc.poll() is None, self.stderr()[-3000:]
+            assert time.monotonic() < deadline, f"no {path} in {timeout} s"
+            time.sleep(0.05)
+
     def worker_pid(self) -> int:
         return int(self.wait_for(r"rollout worker pid (\d+)").group(1))
 
@@ -149,10 +135,8 @@ class Job:
     def assert_clean(self, run: Path) -> None:
         """No process of the job alive (children are given 5 s to be reaped), nothing in its
         TMPDIR, no /dev/shm hand-off of its pids, no hand-off folder in the run."""
-        deadline = time.monotonic() + 5
-        while (left := sorted(p for p in self.pids if alive(p))) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left, f"processes left: {left}"
+        left = wait_gone(self.pids, timeout=5)
+        assert not left, f"processes left: {sorted(left)}"
         assert not any(self.tmpdir.iterdir()), sorted(self.tmpdir.iterdir())
         assert not [p for p in self.pids if (SHM / f"{SHM_PREFIX}{p}").exists()]
         assert not (run / SPILL_DIR).exists()
@@ -249,11 +233,7 @@ def test_a_killed_worker_ends_the_job(tiny_model, tmp_path, when, world):
     job = Job(cmd, tmp_path)
     worker = job.worker_pid()
     if when == "idle":
-        job.wait_for(r"rollout worker pid")
-        deadline = time.monotonic() + 120
-        while not (run / "metrics.jsonl").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        job.wait_for_file(run / "metrics.jsonl")
         time.sleep(2)  # inside the 5 s sleep after step 1
     else:
         time.sleep(3)
@@ -305,10 +285,7 @@ def test_a_killed_rank_ends_the_job(tiny_model, tmp_path):
     job = Job([*LAUNCH, "-m", "trainer", "--config", str(config)], tmp_path)
     job.worker_pid()
     rank1 = job.rank_pid(1)
-    deadline = time.monotonic() + 120
-    while not (run / "metrics.jsonl").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    job.wait_for_file(run / "metrics.jsonl")
     os.kill(rank1, signal.SIGKILL)
     code, seconds = job.finish()
     assert code != 0 and seconds < EXIT_BOUND_S
@@ -324,10 +301,7 @@ def test_a_hung_rank_is_named_within_the_collective_timeout(tiny_model, tmp_path
               env={"RPG_COLLECTIVE_TIMEOUT_S": "5"})
     job.worker_pid()
     rank1 = job.rank_pid(1)
-    deadline = time.monotonic() + 120
-    while not (run / "metrics.jsonl").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    job.wait_for_file(run / "metrics.jsonl")
     time.sleep(2)  # both ranks inside step 2's 4 s sleep: rank 0 then waits in `align`
     os.kill(rank1, signal.SIGSTOP)
     try:
