@@ -8,12 +8,13 @@ A snapshot (docs/runs/<name>/, or any report's output folder) ships `tables/eval
 with the report's own code (`analysis.report.Published`):
 
 - each `tables/last_best_<scorer>.csv` (seed intervals, Δ vs the baseline with its paired t
-  interval, p and Holm p) and `tables/contrasts.csv` (an overlay's contrasts): every number
-  compared to 1e-9;
+  interval, p and Holm p) and `tables/contrasts.csv` (an overlay's contrasts): the same
+  columns, every number compared to 1e-9 and every text cell (seeds, baseline) as text;
 - their Markdown and LaTeX renderings, `last_best_<scorer>.{md,tex}`: compared as text;
 - `report.md`'s computed text: the verdict (separations, detectable sizes, warm-start gains),
   the contrasts' paragraph and table, each scorer's table and its initial-model row; each must
-  appear in report.md verbatim, so an edited verdict fails.
+  appear in report.md verbatim and whole lines, from a line's start (the verdict: after the
+  cross-check's lead only), so an edited or prefixed verdict fails.
 
 It prints one line per file and exits 1 on any difference (0 otherwise, 2 when a file it
 needs is missing), so a reader can check a published interval, or a sentence, without the
@@ -43,16 +44,24 @@ _VERDICT_SCORER = re.compile(r"\*\*Verdict\*\* \(computed from the tables below:
 
 
 def compare(published: pd.DataFrame, rebuilt: pd.DataFrame, keys: list[str]) -> list[str]:
-    """The differences between two tables on their shared numeric columns, row by `keys`."""
+    """The differences between two tables, row by `keys`: their column sets, every text
+    column as text and every numeric one to TOLERANCE."""
     pub, new = published.set_index(keys).sort_index(), rebuilt.set_index(keys).sort_index()
     if list(pub.index) != list(new.index):
         return [f"rows differ: published {len(pub)}, recomputed {len(new)}"]
     diffs = []
+    dropped = [c for c in new.columns if c not in pub.columns]
+    added = [c for c in pub.columns if c not in new.columns]
+    if dropped or added:
+        diffs.append(f"columns differ: the published table lacks {dropped} and adds {added}")
     for col in pub.columns.intersection(new.columns):
         a = pd.to_numeric(pub[col], errors="coerce").to_numpy(dtype=float)
         b = pd.to_numeric(new[col], errors="coerce").to_numpy(dtype=float)
-        if np.isnan(a).all() and pub[col].notna().any():
-            continue  # a text column
+        if np.isnan(a).all() and pub[col].notna().any():  # a text column: as text
+            x, y = (frame[col].fillna("").astype(str).to_numpy() for frame in (pub, new))
+            diffs += [f"{col} at {idx}: published {u!r}, recomputed {v!r}"
+                      for idx, u, v in zip(pub.index[x != y], x[x != y], y[x != y])]
+            continue
         bad = ~((np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= TOLERANCE))
         diffs += [f"{col} at {idx}: published {x!r}, recomputed {y!r}"
                   for idx, x, y in zip(pub.index[bad], a[bad], b[bad])]
@@ -69,11 +78,17 @@ def text_diff(what: str, published: str, rebuilt: str) -> list[str]:
             f"recomputed {rebuilt[at:at + 60]!r}"]
 
 
-def missing_block(what: str, block: str, report: str) -> list[str]:
-    """[] when `block` appears in the report verbatim and whole (ending a line, starting one
-    or following a space, as the verdict follows a cross-check's lead), else one line saying
-    what is missing: a shortened or extended sentence is a difference too."""
-    if re.search(r"(?:^| )" + re.escape(block.rstrip("\n")) + r"$", report, re.M):
+# What may stand before the verdict on its line: the cross-check's lead
+# (analysis.concordance.headline), nothing else.
+_CROSSCHECK_LEAD = (r"(?:(?:Cross-check: lighteval agrees|\*\*Cross-check disagreement\*\*: )"
+                    r"[^\n]*?\(see Concordance\)\. )?")
+
+
+def missing_block(what: str, block: str, report: str, lead: str = "") -> list[str]:
+    """[] when `block` appears in the report verbatim and whole, from the start of a line
+    (after `lead`, a pattern, where one may stand) to the end of one; else one line saying
+    what is missing: a shortened, extended or prefixed sentence is a difference too."""
+    if re.search(r"^" + lead + re.escape(block.rstrip("\n")) + r"$", report, re.M):
         return []
     return [f"report.md does not state the recomputed {what}: {block[:160]!r}..."]
 
@@ -152,7 +167,9 @@ def _report_blocks(report: str, pub: Published, initial: pd.DataFrame) -> tuple[
         lines = initial_rows(initial, scorer)
         if lines:
             blocks.append((f"`{scorer}` initial-model row", "\n".join(lines)))
-    diffs = [d for what, block in blocks for d in missing_block(what, block, report)]
+    diffs = [d for what, block in blocks
+             for d in missing_block(what, block, report,
+                                    _CROSSCHECK_LEAD if what == "verdict" else "")]
     return len(blocks), diffs
 
 

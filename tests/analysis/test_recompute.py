@@ -95,6 +95,44 @@ def test_an_edited_sentence_or_rendering_is_caught(snapshot, capsys, edit):
     assert "1 differ" in capsys.readouterr().out
 
 
+def _edit_csv(path: Path, edit) -> None:
+    table = pd.read_csv(path)
+    table = edit(table)
+    table.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize("file,edit,said", [
+    ("last_best_dapo.csv", lambda t: t.assign(seeds=t["seeds"].where(t.index != 0, "0 1 3")),
+     "seeds at"),
+    ("last_best_dapo.csv", lambda t: t.assign(
+        baseline=t["baseline"].where(t.index != len(t) - 1, "GRPO")), "baseline at"),
+    ("last_best_dapo.csv", lambda t: t.drop(columns="delta_p_holm"),
+     "the published table lacks ['delta_p_holm']"),
+    ("contrasts.csv", lambda t: t.drop(columns="mdd"), "the published table lacks ['mdd']"),
+])
+def test_an_edited_text_column_or_a_dropped_column_is_caught(snapshot, capsys, file, edit, said):
+    """Text columns are compared as text and the column sets must match: before, a changed
+    seed list, a later row's baseline or a dropped column passed (only shared numbers were
+    compared)."""
+    _edit_csv(SweepDir(snapshot).tables / file, edit)
+    assert main(["recompute", str(snapshot)]) == 1
+    assert said in capsys.readouterr().out
+
+
+def test_a_sentence_before_the_verdict_on_its_line_is_caught(snapshot, capsys):
+    """Only the cross-check's lead may stand before the verdict on its line."""
+    report = snapshot / "report.md"
+    text = report.read_text()
+    report.write_text(text.replace("**Verdict**", "GRPO is clearly better than DAPO. "
+                                                  "**Verdict**", 1))
+    assert main(["recompute", str(snapshot)]) == 1
+    assert "does not state the recomputed verdict" in capsys.readouterr().out
+    report.write_text(text.replace("**Verdict**", "Cross-check: lighteval agrees with our "
+                                   "math_verify Mean@n within sampling noise on all 2 checkpoint "
+                                   "x benchmark pairs (see Concordance). **Verdict**", 1))
+    assert main(["recompute", str(snapshot)]) == 0
+
+
 def test_refresh_rewrites_what_recompute_checks(snapshot):
     # an older report's wording (here: an edited verdict and table) is rebuilt from the
     # snapshot's own files, every other line kept
