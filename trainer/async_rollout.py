@@ -362,7 +362,7 @@ class AsyncEngine:
             if self._conn.poll(POLL_S):
                 try:
                     msg = self._conn.recv()
-                except EOFError:
+                except (EOFError, OSError):  # OSError: it died with our request unread
                     self._check_alive(wait_s=2.0)
                     raise WorkerFailed("rollout worker closed its pipe") from None
                 if msg[0] == "error":

@@ -339,6 +339,26 @@ def signals_stop_the_run() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextmanager
+def stop_signals_ignored() -> Iterator[None]:
+    """SIGINT, SIGTERM, SIGUSR1 and SIGHUP ignored for the block: the way out (ending the
+    rollout worker, removing its files) runs whole, even when torchrun's SIGTERM to the
+    survivors of a dead rank, or a second Ctrl-C, arrives in the middle of it."""
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                old[sig] = signal.signal(sig, signal.SIG_IGN)
+            except ValueError:  # not the main thread
+                pass
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 class Preempted(SystemExit):
     """Raised after the resume state is saved; exits the process with code 75."""
 

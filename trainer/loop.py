@@ -49,7 +49,7 @@ from algorithms import (
 from common.files import write_atomic
 from common.layout import RunDir
 from trainer import async_rollout, distributed, lora, state
-from trainer.checkpoint import Preempted, PreemptionFlag
+from trainer.checkpoint import Preempted, PreemptionFlag, stop_signals_ignored
 from trainer.collection import Collector, PromptSampler, Rollout
 from trainer.config import RunConfig, dump_run_config
 from trainer.deadline import Deadline
@@ -342,10 +342,11 @@ def train(cfg: RunConfig, deadline: float | None = None, until_step: int | None 
         status = "KILLED"
         raise
     finally:
-        try:
-            trainer.cleanup(status)
-        finally:
-            trainer.close()  # vLLM ends its groups while torchrun's still exists
+        with stop_signals_ignored():  # the way out runs whole
+            try:
+                trainer.cleanup(status)
+            finally:
+                trainer.close()  # vLLM ends its groups while torchrun's still exists
     if until_step is not None and trainer.global_step >= until_step and trainer.world.main:
         write_atomic(run.segment(until_step), f"step {trainer.global_step}\n")
     return run.root
