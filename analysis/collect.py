@@ -168,6 +168,14 @@ def _read_evals(run_dir: Path, warn: _Warner) -> list[dict]:
                 if not isinstance(values, dict) or "mean" not in values:
                     warn(f"{path}: scorer {scorer!r} has no 'mean'; skipped")
                     continue
+                mean = values["mean"]
+                if not (isinstance(mean, (int, float)) and math.isfinite(mean)):
+                    # a failed evaluation: no interval can hold it, and the rest still can
+                    warn(f"run {run_dir.name}: its step {summary.get('step')} evaluation on "
+                         f"{summary.get('benchmark')} has mean {mean!r} for scorer "
+                         f"{scorer!r}, not a finite number: a failed evaluation, left out of "
+                         "every table (re-run that evaluation)")
+                    continue
                 rows.append({**base, "scorer": str(scorer), **values})
     return rows
 

@@ -156,12 +156,20 @@ def detectable_sentence(bench: str, span: Detectable, meta) -> str:
         return (f"On {benchmark_display(bench)} the smallest detectable difference cannot be "
                 f"estimated: {why}.")
     lo, hi = span.low, span.high
-    size = meta.format(lo) if math.isclose(lo, hi) else f"{meta.format(lo)}-{meta.format(hi)}"
+    low_end, high_end = meta.value_range
+    width = high_end - low_end  # no difference on the metric's scale is larger
+
+    def shown(x: float) -> str:
+        return meta.format(x) if x <= width else "more than the scale allows"
+
+    size = shown(lo) if math.isclose(lo, hi) or hi > width else f"{shown(lo)}-{shown(hi)}"
+    upper = (f"the true size may be up to {shown(span.upper)} (95% upper end)"
+             if span.upper <= width else
+             f"its 95% upper end is more than the scale allows ({meta.format(width)})")
     return (f"The smallest difference this design detects on {benchmark_display(bench)} "
             f"(paired t over seeds at 95%, 80% power, unadjusted; `python -m analysis power`) "
-            f"is {size}, an estimate from a variance on {span.df} df: the true size may be up "
-            f"to {meta.format(span.upper)} (95% upper end), and the point figure gives less "
-            "than 80% power.")
+            f"is {size}, an estimate from a variance on {span.df} df: {upper}, and the point "
+            "figure gives less than 80% power.")
 
 
 def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None,

@@ -214,3 +214,26 @@ def test_report_shows_the_initial_model_row(tmp_path):
         "Last over it: GRPO +37.50. Grader check: on Toy the lenient `math_verify` less the "
         "strict `dapo` is -5.00 points at the warm start and at most -5.00 in any run at Last, "
         "so no run games it (10.00 points more than the warm start would flag one).")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_evaluation_is_named_and_the_report_still_writes(tmp_path, bad):
+    """A failed evaluation (mean NaN or inf at a run's last step) used to abort the whole
+    report (seed_interval: "needs ... finite numbers"); now it is left out of the tables
+    with a warning that names the run, the step and the scorer."""
+    root = tmp_path / "sweep"
+    for label in ("DAPO", "GRPO"):
+        for seed, mean in enumerate((0.30, 0.35, 0.32)):
+            write_run(root / "runs", f"{label.lower()}_s{seed}", label, seed, {},
+                      evals={"toy": {10: mean, 20: mean}})
+    path = sorted((root / "runs" / "grpo_s1").rglob("toy.json"))[-1]
+    data = json.loads(path.read_text())
+    for block in data["scorers"].values():
+        block["mean"] = bad
+    path.write_text(json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = build_report(check_options(root, root / "out")).read_text()
+    assert (f"run grpo_s1: its step 20 evaluation on toy has mean {bad!r} for scorer 'dapo', "
+            "not a finite number: a failed evaluation, left out of every table") in report
+    assert "**Verdict**" in report

@@ -170,6 +170,23 @@ def test_records_without_any_variation_give_no_detectable_difference(tmp_path):
         "toy", span, metric_meta("mean"))
 
 
+def test_a_detectable_size_never_exceeds_the_metrics_scale():
+    """Two seeds (1 df) put the upper end of the detectable size far past 100 points (2282.75
+    was printed): said as more than the scale allows, never as a number beyond it."""
+    from analysis.power import Detectable
+    from analysis.verdict import detectable_sentence
+    from common.metrics import metric_meta
+
+    text = detectable_sentence("toy", Detectable(0.30, 0.45, upper=22.8275, df=1),
+                               metric_meta("mean"))
+    assert "is 30.00-45.00" in text and "2282" not in text
+    assert "its 95% upper end is more than the scale allows (100.00)" in text
+    text = detectable_sentence("toy", Detectable(1.4, 1.4, upper=30.0, df=1), metric_meta("mean"))
+    assert "is more than the scale allows" in text and "140" not in text
+    within = detectable_sentence("toy", Detectable(0.1, 0.1, upper=0.3, df=4), metric_meta("mean"))
+    assert "may be up to 30.00 (95% upper end)" in within
+
+
 def test_the_detectable_size_has_its_own_chi_square_interval():
     # (S - 1) sd^2 / sigma^2 ~ chi2(S - 1): with 3 seeds sigma lies in [0.52, 6.28] x sd
     lo, hi = sd_interval(1.0, 3)
