@@ -230,7 +230,12 @@ def format_cell(mean: float, se: float, n_seeds: int, meta: MetricMeta, pm: str,
         return "–"
     text = meta.format(mean)
     if n_seeds > 1 and not math.isnan(se):
+        if se == 0:  # "0.00 ± 0.00 [0.00, 0.00]" would read as a test; the verdict says so
+            return f"{text} (all {n_seeds} seeds equal)"
         text += f" {pm} {meta.format(se)}"
+        if interval is not None and interval[0] == interval[1]:
+            # clipped to one end of the range (a wholly negative k1 KL): no interval at all
+            return f"{text} (its interval lies wholly beyond {meta.format(interval[0])}: none)"
         if interval is not None:
             text += f" [{meta.format(interval[0])}, {meta.format(interval[1])}]"
             text += OUTSIDE_MARK if outside(mean, *interval) else ""
@@ -372,7 +377,8 @@ def _kl_caption(tidy: pd.DataFrame) -> str:
     if "kl" not in tidy or not tidy.loc[tidy["stat"] == "last", "kl"].notna().any():
         return ""
     last = tidy[(tidy["stat"] == "last") & tidy["kl"].notna()]
-    below = any(outside(r.kl, r.kl_ci95_low, r.kl_ci95_high) for r in last.itertuples())
+    below = any(outside(r.kl, r.kl_ci95_low, r.kl_ci95_high) and r.kl_ci95_low != r.kl_ci95_high
+                for r in last.itertuples())  # a collapsed interval's cell says so itself
     return (" KL Last = KL(pi_ckpt || pi_init) to the initial model at the Last checkpoint, "
             "in nats per response (k1 on its own evaluation samples), mean ± standard error "
             "[95% t interval, clipped at 0: a KL cannot be negative] over seeds; – where a "

@@ -66,10 +66,11 @@ def _detectable(root) -> str:
     size = f"{100 * lo:.2f}" if round(lo, 6) == round(hi, 6) else f"{100 * lo:.2f}-{100 * hi:.2f}"
     # the MDD scales with the sd; its upper end is the sd's chi-square upper end on 2 df
     upper = max(r.mdd for r in rows) * (2 / chi2.ppf(0.025, 2)) ** 0.5
+    said = (f"the true size may be up to {100 * upper:.2f} (95% upper end)" if upper <= 1 else
+            "its 95% upper end is more than the scale allows (100.00)")  # past 100 points
     return (" The smallest difference this design detects on Toy (paired t over seeds at 95%, "
             f"80% power, unadjusted; `python -m analysis power`) is {size}, an estimate from a "
-            f"variance on 2 df: the true size may be up to {100 * upper:.2f} (95% upper end), "
-            "and the point figure gives less than 80% power.")
+            f"variance on 2 df: {said}, and the point figure gives less than 80% power.")
 
 
 def test_a_clear_winner_and_a_clear_loser(tmp_path):
@@ -110,8 +111,8 @@ def test_constant_differences_are_not_tested(tmp_path):
 
 def test_a_negative_kl_estimate_keeps_an_ordered_interval(tmp_path):
     # k1 estimates of KL(pi_ckpt || pi_init) below 0 (sampling noise near the initial model):
-    # the interval clipped at 0 stays ordered, [0.000, 0.000], and the mean outside it is
-    # marked, never low 0 and high -0.003 as before
+    # the interval clipped at 0 stays ordered, [0.000, 0.000] in the CSV, never low 0 and
+    # high -0.003 as before; a cell says there is no interval rather than print [0.000, 0.000]
     for seed, kl in enumerate((-0.02, -0.01, -0.015)):
         write_run(tmp_path / "runs", f"dapo_s{seed}", "DAPO", seed, {},
                   evals={"toy": {5: 0.25}}, kls={"toy": {5: kl}})
@@ -122,8 +123,8 @@ def test_a_negative_kl_estimate_keeps_an_ordered_interval(tmp_path):
     last = tidy[tidy["stat"] == "last"].iloc[0]
     assert last.kl == pytest.approx(-0.015) and last.kl_ci95_low <= last.kl_ci95_high
     table = (tmp_path / "out" / "tables" / "last_best_dapo.md").read_text()
-    assert "-0.015 ± 0.003 [0.000, 0.000]†" in table
-    assert "†: the k1 mean is below 0" in table
+    assert "-0.015 ± 0.003 (its interval lies wholly beyond 0.000: none)" in table
+    assert "[0.000, 0.000]" not in table and "†" not in table
 
 
 def test_a_separation_that_does_not_survive_holm_is_unadjusted_only(tmp_path):
