@@ -247,15 +247,12 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
     """The first paragraph: the computed verdict for `scorer` (or the first scorer there is)."""
     if not tables:
         return ["**Verdict:** no evaluations yet, so nothing to compare.", ""]
-    note = ""
-    if scorer not in tables:
-        fallback = _verdict_scorer(tables, scorer)
-        note = f" (scorer `{scorer}` was not evaluated; using `{fallback}`)"
-        scorer = fallback
+    # a sweep that never graded the default scorer reads its first strict one; the verdict's
+    # opening names the scorer it reads, which is all a reader needs
+    scorer = _verdict_scorer(tables, scorer)
     # detectable: scorer -> {benchmark: (min, max) MDD}, from analysis.power
     spans = detectable(scorer) if detectable is not None else None
-    text = verdict_paragraph(tables[scorer], initial_means(initial, scorer), spans)
-    return [text + note, ""]
+    return [verdict_paragraph(tables[scorer], initial_means(initial, scorer), spans), ""]
 
 
 def _verdict_scorer(tables: dict[str, pd.DataFrame], wanted: str) -> str | None:

@@ -192,14 +192,49 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
         f"adjustment: a finding is a Δ whose interval excludes 0 and whose Holm p is below "
         f"{ALPHA})."
     ]
+    constant = []  # benchmarks where every run scores the same: nothing to compare
     for bench in benchmark_order(last["benchmark"]):
         rows = last[last["benchmark"] == bench]
+        if same_everywhere(rows, baseline):
+            constant.append(bench)
+            continue
         sentences.append(benchmark_sentence(rows, bench, baseline))
         if detectable and bench in detectable:
             sentences.append(detectable_sentence(bench, detectable[bench], meta))
         if initial_means and bench in initial_means:
             sentences.append(gain_sentence(rows, bench, initial_means[bench]))
+    if constant:  # one sentence for all of them, after those that carry a comparison
+        sentences.append(constant_sentence(last, constant, meta, initial_means or {}))
     return " ".join(sentences)
+
+
+def same_everywhere(rows: pd.DataFrame, baseline: str) -> bool:
+    """The baseline and every method score one and the same value in every seed at Last
+    (AIME on a small model: 0 everywhere), so the benchmark carries no comparison."""
+    if baseline not in set(rows["label"]) or rows["label"].nunique() < 2:
+        return False  # benchmark_sentence says what is missing
+    means = rows["mean"].astype(float)
+    spread = rows["se"].astype(float).fillna(0)
+    return bool(means.notna().all() and means.nunique() == 1 and (spread == 0).all())
+
+
+def constant_sentence(last: pd.DataFrame, benches: list[str], meta,
+                      initial_means: dict[str, float]) -> str:
+    """"On AIME24 and AMC23 every run scores 0.00 at Last, as the warm start does: nothing
+    to compare." One sentence for every benchmark without a comparison."""
+    parts = []
+    for value in sorted({float(last[last["benchmark"] == b]["mean"].iloc[0]) for b in benches}):
+        group = [b for b in benches
+                 if float(last[last["benchmark"] == b]["mean"].iloc[0]) == value]
+        names = [benchmark_display(b) for b in group]
+        named = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        warm = [initial_means.get(b) for b in group]
+        said = (", as the warm start does" if all(w == value for w in warm) else
+                "" if all(w is None for w in warm) else
+                ", the warm start " + ", ".join(meta.format(w) for w in warm if w is not None))
+        parts.append(f"On {named} every run scores {meta.format(value)} in every seed at "
+                     f"Last{said}")
+    return "; ".join(parts) + ": nothing to compare there."
 
 
 def _separation(delta: float, low: float, high: float, p_holm: float, detectable: float,

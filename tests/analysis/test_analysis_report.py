@@ -213,7 +213,8 @@ def test_report_shows_the_initial_model_row(tmp_path):
         "The warm start (the initial model, before any RL step) scores 12.50 on Toy; gain at "
         "Last over it: GRPO +37.50. Grader check: on Toy the lenient `math_verify` less the "
         "strict `dapo` is -5.00 points at the warm start and at most -5.00 in any run at Last, "
-        "so no run games it (10.00 points more than the warm start would flag one).")
+        "so no run games it (10.00 points, 2 of a run's 20 answers, more than the warm start "
+        "would flag one).")
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

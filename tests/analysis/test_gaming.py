@@ -41,8 +41,8 @@ def test_a_run_that_games_the_lenient_grader_is_named():
     text = gaming_sentence(evals, INITIAL, "math_verify_boxed")
     assert text == (
         "Grader check: on Arithmetic the lenient `math_verify` less the strict "
-        "`math_verify_boxed` is +5.00 points at the warm start, and 10.00 or more above that "
-        "at Last in `GAME_s1` (+88.00): they may have learned text the lenient scorer credits "
+        "`math_verify_boxed` is +5.00 points at the warm start, and 10.00 points or more "
+        "above that at Last in `GAME_s1` (+88.00): they may have learned text the lenient scorer credits "
         "and the task does not; the answer forms below, and `python tools/answer_forms.py` on "
         "the sweep's folder (or a snapshot's samples/), show their answers.")
     # EDGE leads by 0.14, 0.09 more than the warm start: under the margin
@@ -59,6 +59,46 @@ def test_no_gamed_run_is_said_so_and_a_lenient_verdict_scorer_is_not_the_strict_
     lenient_only = evals[evals["scorer"] == "math_verify"]
     assert gaming_sentence(lenient_only, INITIAL, "math_verify") == ""
     assert gaming_sentence(evals, INITIAL.iloc[:0], "math_verify_boxed") == ""  # no warm start
+
+
+def _sized(evals: pd.DataFrame, problems: int) -> pd.DataFrame:
+    return evals.assign(num_problems=problems)
+
+
+def test_the_threshold_is_said_in_answers_and_a_tiny_benchmark_is_not_checked():
+    """With 40 problems x 4 samples the 10-point threshold is 16 of a run's 160 answers; with
+    2 problems x 4 samples (AMC23 in the real-model sweep) one answer moves the lead 12.50
+    points, so nothing could be told from it and the check says so instead of flagging."""
+    evals = _evals({"LEARN_s0": (0.55, 0.60)})
+    assert "(10.00 points, 16 of a run's 160 answers, more than the warm start would flag one)" \
+        in gaming_sentence(_sized(evals, 40), INITIAL, "math_verify_boxed")
+    tiny = gaming_sentence(_sized(_evals({"GAME_s1": (0.0, 0.875)}), 2), INITIAL,
+                           "math_verify_boxed")
+    assert "but Arithmetic is too small for the check: a run's Last rests on 8 answers, so " \
+           "one answer moves the lead by 12.50 points, more than the 10.00 that would flag " \
+           "a run" in tiny and "`GAME_s1`" not in tiny
+
+
+def test_benchmarks_where_both_scorers_agree_everywhere_are_named():
+    """The best result the check can have (lead 0 at the warm start and in every run) is
+    reported, not dropped: the real-model report spoke of AMC23 only."""
+    evals = _evals({"LEARN_s0": (0.55, 0.55), "LEARN_s1": (0.40, 0.40)})
+    initial = INITIAL.assign(mean=0.30)
+    assert gaming_sentence(evals, initial, "math_verify_boxed") == (
+        "Grader check: on Arithmetic the lenient `math_verify` and the strict "
+        "`math_verify_boxed` agree on every run (lead 0.00 at the warm start and at Last).")
+
+
+def test_the_real_model_report_names_arithmetic_and_leads_its_verdict_with_it():
+    report = (REPO / "docs" / "runs" / "real-cpu" / "report.md").read_text()
+    verdict = next(line for line in report.splitlines() if "**Verdict**" in line)
+    assert "Grader check: on AIME24 and Arithmetic the lenient `math_verify` and the strict " \
+           "`math_verify_boxed` agree on every run" in verdict
+    after_opening = verdict.split("). ", 1)[1]
+    assert after_opening.startswith("On Arithmetic, ")
+    assert "On AIME24 and AMC23 every run scores 0.00 in every seed at Last, as the warm " \
+           "start does: nothing to compare there." in verdict
+    assert "was not evaluated; using" not in verdict
 
 
 def test_the_lenient_real_model_snapshot_is_caught_on_every_run():
