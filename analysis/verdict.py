@@ -183,10 +183,11 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
     unit = " (percentage points)" if meta.fmt == "percent" else ""
     seeds = sorted(set(last["n_seeds"]))
     seeds_txt = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    seeds_txt += " seed(s) per method" + paired_note(last, baseline)
     k = family_size(last)
     sentences = [
         f"**Verdict** (computed from the tables below: scorer `{tidy['scorer'].iloc[0]}`, "
-        f"{metric_name(tidy)} at Last, {seeds_txt} seed(s) per method; Δ = method - {baseline}"
+        f"{metric_name(tidy)} at Last, {seeds_txt}; Δ = method - {baseline}"
         f"{unit}, paired by seed with the training run as the unit, with its 95% paired t "
         f"interval over seeds; K = {k} comparison(s) at Last, read through Holm's "
         f"adjustment: a finding is a Δ whose interval excludes 0 and whose Holm p is below "
@@ -205,7 +206,38 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
             sentences.append(gain_sentence(rows, bench, initial_means[bench]))
     if constant:  # one sentence for all of them, after those that carry a comparison
         sentences.append(constant_sentence(last, constant, meta, initial_means or {}))
+    uneven = uneven_last_sentence(last)
+    if uneven:
+        sentences.append(uneven)
     return " ".join(sentences)
+
+
+def paired_note(last: pd.DataFrame, baseline: str) -> str:
+    """" (seeds shared with DAPO, all a Δ pairs: only 2 for GRPO)" when some method shares
+    fewer seeds with the baseline than it has: its Δ rests on those only."""
+    short = []
+    for r in last[last["label"] != baseline].drop_duplicates("label").itertuples():
+        paired = getattr(r, "delta_seeds", None)
+        if paired is not None and not pd.isna(paired) and 0 < int(paired) < int(r.n_seeds):
+            short.append(f"{int(paired)} for {r.label}")
+    if not short:
+        return ""
+    return f" (seeds shared with {baseline}, all a Δ pairs: only {', '.join(short)})"
+
+
+def uneven_last_sentence(last: pd.DataFrame) -> str:
+    """Name the methods whose Last is not the sweep's final evaluated step in every seed (a
+    missing evaluation), since their Δ then pairs different steps; "" when all agree."""
+    if "last_step_min" not in last or last["last_step_max"].isna().all():
+        return ""
+    final = int(last["last_step_max"].max())
+    early = last[last["last_step_min"].astype(float) < final].drop_duplicates("label")
+    if early.empty:
+        return ""
+    names = ", ".join(f"{r.label} (from step {int(r.last_step_min)})" for r in early.itertuples())
+    return (f"Last is not one step for every run: the final evaluated step is {final}, but "
+            f"some seeds of {names} end earlier (a missing evaluation), so their Δ pairs "
+            "different steps; re-run the missing evaluations to compare like with like.")
 
 
 def same_everywhere(rows: pd.DataFrame, baseline: str) -> bool:

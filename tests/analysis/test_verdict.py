@@ -184,3 +184,39 @@ def test_a_gain_whose_seed_interval_reaches_the_warm_start_is_not_a_rise(tmp_pat
         "score (one evaluation, taken as fixed): DAPO -5.00 (the same in each of 3 seeds: no "
         "interval), UP +3.33 [-3.84, "
         "+10.50]; no method's 95% interval lies wholly above the warm start."), text
+
+
+def test_unequal_seed_sets_say_how_many_seeds_a_delta_pairs(tmp_path):
+    """DAPO has seeds {0, 1, 3}, GRPO {0, 1, 2}: GRPO's Δ rests on the 2 shared seeds (1 df),
+    and the header says so instead of only "3 seed(s) per method"."""
+    for seed, mean in zip((0, 1, 3), (0.25, 0.30, 0.35)):
+        write_run(tmp_path / "runs", f"dapo_s{seed}", "DAPO", seed, {}, evals={"toy": {5: mean}})
+    for seed, mean in zip((0, 1, 2), (0.40, 0.50, 0.45)):
+        write_run(tmp_path / "runs", f"grpo_s{seed}", "GRPO", seed, {}, evals={"toy": {5: mean}})
+    text = _verdict(tmp_path)
+    assert ("Mean@4 at Last, 3 seed(s) per method (seeds shared with DAPO, all a Δ pairs: "
+            "only 2 for GRPO); Δ = method - DAPO") in text
+
+
+def test_a_missing_evaluation_step_is_named_in_the_verdict(tmp_path):
+    """GRPO seed 1 lacks its step-20 evaluation, so its Last is step 10 while DAPO's is 20:
+    the verdict says the pair spans different steps, not only the table's caption."""
+    for label in ("DAPO", "GRPO"):
+        for seed, mean in enumerate((0.25, 0.30, 0.35)):
+            steps = {10: mean} if (label, seed) == ("GRPO", 1) else {10: mean, 20: mean + 0.05}
+            write_run(tmp_path / "runs", f"{label.lower()}_s{seed}", label, seed, {},
+                      evals={"toy": steps})
+    text = _verdict(tmp_path)
+    assert ("Last is not one step for every run: the final evaluated step is 20, but some "
+            "seeds of GRPO (from step 10) end earlier (a missing evaluation)") in text
+    assert "Last is not one step" not in _verdict(_sweep(tmp_path / "even",
+                                                         {"DAPO": (0.2, 0.3, 0.25),
+                                                          "GRPO": (0.3, 0.4, 0.35)}))
+
+
+def test_two_seeds_write_an_honest_report(tmp_path):
+    """2 seeds: 1 df, so the detectable size's upper end passes the scale; said so."""
+    root = _sweep(tmp_path, {"DAPO": (0.25, 0.35), "GRPO": (0.30, 0.50)})
+    text = _verdict(root)
+    assert "2 seed(s) per method" in text
+    assert "more than the scale allows" in text
