@@ -159,9 +159,10 @@ def trainer(config: Path) -> list[str]:
     return [sys.executable, "-m", "trainer", "--config", str(config)]
 
 
-@pytest.fixture
-def reference(tiny_model, tmp_path):
-    """An uninterrupted run (one process) to compare resumed runs with."""
+@pytest.fixture(scope="module")
+def reference(tiny_model, tmp_path_factory):
+    """An uninterrupted run (one process) to compare resumed runs with, once per worker."""
+    tmp_path = tmp_path_factory.mktemp("reference")
     config, run = write_config(tmp_path, "whole", tiny_model)
     job = Job(trainer(config), tmp_path)
     assert job.finish(timeout=300)[0] == 0, job.stderr()[-3000:]
