@@ -47,14 +47,18 @@ def check_inputs(sweep: SweepConfig, cells: list[Cell], source: str) -> None:
 def check_host_memory(sweep: SweepConfig, source: str) -> None:
     """A GPU job whose host memory (sweep.sizing.host_estimate: vLLM's pinned copy, the
     async worker's, /dev/shm, staleness snapshots) passes resources.train.mem_mb would be
-    killed by the kernel or SLURM hours in: refused here. Only where the model's shape is
-    known (a sizing preset's hub id, or a local folder with config.json)."""
-    from sweep.sizing import ARCHS, host_estimate, host_refusal
+    killed by the kernel or SLURM hours in: refused here. Only for a real model whose shape
+    is known (a sizing preset's hub id, or a local folder with config.json, of 100M
+    parameters or more: a tiny test model's jobs are all per-process overhead, which the
+    sizing only assumes)."""
+    from sweep.sizing import ARCHS, REAL_MODEL_PARAMS, host_estimate, host_refusal, model_arch
 
     model = sweep.base.get("model", {})
     path = str(model.get("path", TINY))
     known = path in ARCHS or (Path(path) / "config.json").is_file()
     if not known or sweep.resources.train.gpus < 1 or model.get("device") == "cpu":
+        return
+    if model_arch(path).params < REAL_MODEL_PARAMS:
         return
     staleness = max(sweep.axes.staleness or [0])
     host = host_estimate(sweep.base, sweep.resources.train.model_dump(), staleness)

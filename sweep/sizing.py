@@ -98,7 +98,7 @@ MEAN_RESPONSE = 0.5  # mean response length / max_new_tokens (--mean-response)
 PROMPT_TOKENS = 200  # mean prompt length (DAPO-Math-17k with the template)
 
 
-def _arch(path: str) -> Arch:
+def model_arch(path: str) -> Arch:
     config = Path(path) / "config.json"
     if config.exists():
         c = yaml.safe_load(config.read_text())  # JSON is YAML
@@ -140,7 +140,7 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
     (tensor parallel: weights and KV cache spread over them, each reading its slice per
     decode step), the trainer's ranks on the others with no vLLM share; or, at 0, beside
     rank 0, awake while it trains (its share adds to the peak instead of alternating)."""
-    arch = _arch(base["model"]["path"])
+    arch = model_arch(base["model"]["path"])
     rollout, optim = base.get("rollout", {}), base.get("optim", {})
     overlapped = rollout.get("mode", "sync") == "async"
     worker_gpus = rollout.get("gpus", 0) if overlapped else 0
@@ -206,6 +206,9 @@ def estimate(base: dict, gpus: int, gpu: Gpu, keeps_reference: bool,
 # A training rank's own host memory beside what is sized here (the Python heap, torch and
 # CUDA's host state, NCCL's buffers): an assumption, printed with the table.
 PROCESS_GIB = 4.0
+# Below this many parameters (the tiny test models) the host sizing is all PROCESS_GIB, an
+# assumption: `snakemake -n` refuses on host memory only from here up (sweep.checks).
+REAL_MODEL_PARAMS = 1e8
 
 
 def pinned(nbytes: float) -> float:
@@ -237,7 +240,7 @@ def host_estimate(base: dict, resources: dict, staleness: int = 0) -> dict[str, 
     - `rank0_full`: rank 0's whole weights at set-up (it reads them for every rank) and for
       each HF checkpoint (gathered in float32).
     - `processes`: PROCESS_GIB per rank and worker on the node."""
-    arch = _arch(base["model"]["path"])
+    arch = model_arch(base["model"]["path"])
     model, rollout = base.get("model", {}), base.get("rollout", {})
     lora = model.get("lora")
     weight_bytes = 2 if model.get("dtype") in ("bfloat16", "float16") else 4

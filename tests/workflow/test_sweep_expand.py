@@ -1,6 +1,8 @@
 """Sweep expansion: deterministic cells, stable readable run ids, documented drop rules,
 errors that name the file and the key."""
 
+from pathlib import Path
+
 import pytest
 
 from sweep import SweepError, expand, parse_sweep
@@ -150,3 +152,23 @@ def test_rollout_gpus_splits_the_train_jobs_gpus_or_is_refused_before_any_job():
     configs[0]["rollout"]["gpus"] = 2  # as a cell's own override would set it
     with pytest.raises(SweepError, match=r"rollout.gpus=2 differs from the base's 1"):
         check_rollout_gpus(ok, configs, "cfg.yaml")
+
+
+def test_a_gpu_sweep_whose_host_memory_passes_its_node_is_refused_before_any_job():
+    """Qwen3-8B under LoRA served by vLLM asleep at level 1 holds ~21 GiB pinned on the
+    host: a job that asks 32 GB is refused at parse time, one that asks 128 GB is not; a
+    tiny model's jobs (all assumed per-process overhead) are never refused on it."""
+    from sweep.checks import check_host_memory
+
+    def spec(mem_mb, path="Qwen/Qwen3-8B"):
+        base = {"model": {"path": path, "dtype": "bfloat16", "lora": {"rank": 32}},
+                "rollout": {"engine": "vllm"}}
+        return sweep(methods=["GRPO"], base=base,
+                     resources={"train": {"gpus": 1, "mem_mb": mem_mb}})
+
+    with pytest.raises(SweepError, match=r"cfg.yaml: base: about 40 GiB of host memory on the "
+                                         r"first node, more than resources.train.mem_mb=32000"):
+        check_host_memory(spec(32000), "cfg.yaml")
+    check_host_memory(spec(128000), "cfg.yaml")
+    tiny = str(Path(__file__).resolve().parents[2] / "data" / "tiny-model")
+    check_host_memory(spec(100, path=tiny), "cfg.yaml")
