@@ -10,6 +10,8 @@ with the report's own code (`analysis.report.Published`):
 - each `tables/last_best_<scorer>.csv` (seed intervals, Δ vs the baseline with its paired t
   interval, p and Holm p) and `tables/contrasts.csv` (an overlay's contrasts): the same
   columns, every number compared to 1e-9 and every text cell (seeds, baseline) as text;
+- every evaluation mean of `tables/eval_metrics.csv` (and the initial model's, where its
+  per-problem scores ship) against the mean of its per-problem scores, at every step;
 - their Markdown and LaTeX renderings, `last_best_<scorer>.{md,tex}`: compared as text;
 - `report.md`'s computed text: the verdict (separations, detectable sizes, warm-start gains),
   the contrasts' paragraph and table, each scorer's table and its initial-model row; each must
@@ -116,6 +118,29 @@ def recomputed(folder: str | Path) -> tuple[Published, pd.DataFrame] | None:
                               asked_scorer(report)), initial
 
 
+_EVAL_KEYS = ["run_id", "step", "benchmark", "scorer"]
+
+
+def means_against_scores(eval_df: pd.DataFrame, scores: pd.DataFrame,
+                         initial: pd.DataFrame) -> tuple[int, list[str]]:
+    """(means compared, differences): every evaluation's Mean@n in eval_metrics.csv (and the
+    initial model's, where its per-problem scores ship) against the mean of its per-problem
+    scores, at every step, those that feed no published number included."""
+    per_problem = (scores.assign(acc=scores["correct"] / scores["samples"])
+                   .groupby(_EVAL_KEYS)["acc"].mean().rename("from_scores").reset_index())
+    rows = eval_df[_EVAL_KEYS + ["mean"]].assign(step=lambda d: d["step"].astype(int))
+    if "initial" in set(per_problem["run_id"]) and not initial.empty:
+        warm = initial[["step", "benchmark", "scorer", "mean"]].assign(run_id="initial")
+        rows = pd.concat([rows, warm.assign(step=lambda d: d["step"].astype(int))])
+    merged = rows.merge(per_problem, on=_EVAL_KEYS, how="left")
+    diffs = [f"{r.run_id} step {r.step} {r.benchmark} {r.scorer}: mean {r.mean!r}, "
+             + ("no per-problem scores" if pd.isna(r.from_scores)
+                else f"its per-problem scores give {r.from_scores!r}")
+             for r in merged.itertuples()
+             if pd.isna(r.from_scores) or not abs(r.mean - r.from_scores) <= TOLERANCE]
+    return len(merged), diffs
+
+
 def recompute(folder: str | Path) -> list[tuple[str, int, list[str]]]:
     """(file, numbers or blocks compared, differences) per published file of a snapshot."""
     snap = SweepDir(folder)
@@ -125,7 +150,8 @@ def recompute(folder: str | Path) -> list[tuple[str, int, list[str]]]:
     published_text, initial = found
     report = snap.report.read_text() if snap.report.is_file() else ""
     csvs = sorted(snap.tables.glob("last_best_*.csv"))
-    out = []
+    eval_df, scores, _ = read_published(folder)
+    out = [("eval_metrics.csv", *means_against_scores(eval_df, scores.table, initial))]
     for path in csvs:
         published = pd.read_csv(path)
         scorer, metric = str(published["scorer"].iloc[0]), str(published["metric"].iloc[0])
@@ -196,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                 what = f"{SweepDir(folder).report}: {count} computed blocks of text"
             elif name.endswith((".md", ".tex")):
                 what = f"{folder}/tables/{name}: its rendering"
+            elif name == "eval_metrics.csv":
+                what = (f"{folder}/tables/{name}: {count} evaluation means against their "
+                        "per-problem scores")
             else:
                 what = f"{folder}/tables/{name}: {count} numbers"
             print(f"{what} recomputed, {status}")

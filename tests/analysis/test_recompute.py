@@ -56,7 +56,7 @@ def test_a_snapshot_recomputes_number_for_number(snapshot, capsys):
     assert len(scores) == 6 * 3 * 2 * 5  # runs x seeds x scorers x problems, one step
     results = recompute(snapshot)
     assert [name for name, _, _ in results] == [
-        "last_best_dapo.csv", "last_best_dapo.md", "last_best_dapo.tex",
+        "eval_metrics.csv", "last_best_dapo.csv", "last_best_dapo.md", "last_best_dapo.tex",
         "last_best_math_verify.csv", "last_best_math_verify.md", "last_best_math_verify.tex",
         "contrasts.csv", "report.md"]
     assert all(count > 0 and diffs == [] for _, count, diffs in results)
@@ -117,6 +117,19 @@ def test_an_edited_text_column_or_a_dropped_column_is_caught(snapshot, capsys, f
     _edit_csv(SweepDir(snapshot).tables / file, edit)
     assert main(["recompute", str(snapshot)]) == 1
     assert said in capsys.readouterr().out
+
+
+def test_an_evaluation_mean_that_disagrees_with_its_scores_is_caught_at_any_step(snapshot,
+                                                                              capsys):
+    """eval_metrics.csv's means are checked against the per-problem scores at every step,
+    not only where they feed a published number."""
+    path = SweepDir(snapshot).tables / "eval_metrics.csv"
+    table = pd.read_csv(path)
+    table.loc[0, "mean"] += 0.01
+    table.to_csv(path, index=False)
+    assert main(["recompute", str(snapshot)]) == 1
+    out = capsys.readouterr().out
+    assert "eval_metrics.csv: " in out and "its per-problem scores give" in out
 
 
 def test_a_sentence_before_the_verdict_on_its_line_is_caught(snapshot, capsys):
