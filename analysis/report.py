@@ -62,6 +62,7 @@ from analysis.tables import (
     write_last_best_tables,
 )
 from analysis.verdict import contrast_paragraph, verdict_paragraph
+from analysis.warmstart import warm_start_gains
 from common.files import write_atomic
 from common.grading import SCORERS
 from common.layout import SweepDir
@@ -243,7 +244,7 @@ def initial_means(initial: pd.DataFrame, scorer: str) -> dict[str, float]:
 
 
 def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
-                    scorer: str, detectable=None) -> list[str]:
+                    scorer: str, detectable=None, gains=None) -> list[str]:
     """The first paragraph: the computed verdict for `scorer` (or the first scorer there is)."""
     if not tables:
         return ["**Verdict:** no evaluations yet, so nothing to compare.", ""]
@@ -252,7 +253,10 @@ def verdict_section(tables: dict[str, pd.DataFrame], initial: pd.DataFrame,
     scorer = _verdict_scorer(tables, scorer)
     # detectable: scorer -> {benchmark: (min, max) MDD}, from analysis.power
     spans = detectable(scorer) if detectable is not None else None
-    return [verdict_paragraph(tables[scorer], initial_means(initial, scorer), spans), ""]
+    # gains: scorer -> {benchmark: {label: Gain}}, paired over questions (analysis.warmstart)
+    paired = gains(scorer) if gains is not None else None
+    return [verdict_paragraph(tables[scorer], initial_means(initial, scorer), spans, paired),
+            ""]
 
 
 def _verdict_scorer(tables: dict[str, pd.DataFrame], wanted: str) -> str | None:
@@ -448,7 +452,8 @@ class Published:
         verdict = verdict_section(
             tables, initial, verdict_scorer,
             lambda scorer: detectable_by_benchmark(power_rows(
-                per_run_last_best(eval_df, scorer), scores, scorer, delta.baseline)))
+                per_run_last_best(eval_df, scorer), scores, scorer, delta.baseline)),
+            lambda scorer: warm_start_gains(per_run_last_best(eval_df, scorer), scores, scorer))
         check = gaming_sentence(eval_df, initial, verdict_scorer) if tables else ""
         if check:
             verdict = [f"{verdict[0]} {check}", *verdict[1:]]

@@ -240,3 +240,47 @@ def problem_bootstrap(method, baseline, reps: int = 10_000, seed: int = 0,
     means = bootstrap_means(m - b, reps, seed)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return float((m - b).mean()), float(low), float(high)
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A method's gain over the warm start on one benchmark: `gain` = its mean over seeds and
+    problems less the warm start's on the same problems, with a 95% interval that carries
+    both uncertainties (`gain_interval`); `problems`, `seeds`: what it rests on."""
+
+    gain: float
+    low: float
+    high: float
+    df: float
+    problems: int
+    seeds: int
+
+
+def gain_interval(method: Sequence, warm: Sequence, level: float = LEVEL) -> Gain:
+    """The gain of a method over the warm start, paired over problems.
+
+    method: [S seeds x P problems] per-problem Mean@n at Last; warm: [P] the warm start's, on
+    the same problems in the same order. The warm start is one evaluation of P questions, so
+    its score is as uncertain as a seed's: the gain's variance is the problems' term, the
+    variance over problems of d_i = (method's seed mean on i) - (warm start on i), over P
+    (the questions drawn, and the warm start's and the method's sampling noise on them),
+    plus the seeds' term, the variance of the method's per-seed means over S (training
+    randomness). The interval is Student's t on their Welch-Satterthwaite degrees of
+    freedom, clipped to [-1, 1]. The method's sampling noise is in both terms: conservative.
+    tests/analysis/test_gain.py checks its coverage by simulation."""
+    m = np.asarray(method, dtype=float)
+    w = np.asarray(warm, dtype=float)
+    if m.ndim != 2 or w.ndim != 1 or m.shape[1] != w.size or w.size < 2:
+        raise ValueError(f"gain_interval needs [seeds x problems] and [problems] scores with "
+                         f"at least 2 problems, got {m.shape} and {w.shape}")
+    seeds, problems = m.shape
+    d = m.mean(axis=0) - w
+    var_p = d.var(ddof=1) / problems
+    var_s = m.mean(axis=1).var(ddof=1) / seeds if seeds > 1 else 0.0
+    gain = float(d.mean())
+    se = math.sqrt(var_p + var_s)
+    if se == 0:
+        return Gain(gain, gain, gain, math.inf, problems, seeds)
+    df = se**4 / (var_p**2 / (problems - 1) + (var_s**2 / (seeds - 1) if seeds > 1 else 0.0))
+    half = float(_scipy_stats.t.ppf(0.5 + level / 2, df)) * se
+    return Gain(gain, max(-1.0, gain - half), min(1.0, gain + half), df, problems, seeds)

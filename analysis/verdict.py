@@ -121,12 +121,17 @@ def benchmark_sentence(rows: pd.DataFrame, bench: str, baseline: str) -> str:
     return f"On {name}, " + "; ".join(parts) + "."
 
 
-def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
-    """The warm start's score on `bench` and every method's Last gain over it, with the
-    method's seed interval shifted by that score (the warm start is one evaluation, taken as
-    fixed), and which methods' intervals lie wholly above it."""
+def gain_sentence(rows: pd.DataFrame, bench: str, initial: float,
+                  paired: dict | None = None) -> str:
+    """The warm start's score on `bench` and every method's Last gain over it, and which
+    methods' intervals lie wholly above it. With `paired` (label -> analysis.stats.Gain,
+    from the per-problem scores: analysis.warmstart) the interval counts the questions and
+    the warm start's own sampling as well as the seeds; without, the method's seed interval
+    is shifted by the warm start's score, taken as fixed."""
     meta = metric_meta(str(rows["metric"].iloc[0]))
     order = {lab: i for i, lab in enumerate(label_order(rows["label"]))}
+    if paired and all(label in paired for label in rows["label"]):
+        return _paired_gain_sentence(rows, bench, initial, paired, order, meta)
     gains, above, intervals = [], [], 0
     for r in sorted(rows.itertuples(), key=lambda r: order[r.label]):
         text = f"{r.label} {signed(r.mean - initial, meta)}"
@@ -146,6 +151,29 @@ def gain_sentence(rows: pd.DataFrame, bench: str, initial: float) -> str:
             "; no method's 95% interval lies wholly above the warm start")
     return (f"{head}, with the method's seed interval less that score (one evaluation, taken "
             f"as fixed): {_join(gains)}{rise}.")
+
+
+def _paired_gain_sentence(rows, bench: str, initial: float, paired: dict, order, meta) -> str:
+    gains, above = [], []
+    for label in sorted(set(rows["label"]), key=order.get):
+        g = paired[label]
+        text = f"{label} {signed(g.gain, meta)}"
+        if g.low == g.high:
+            text += " (no spread over questions or seeds: no interval)"
+        else:
+            text += f" [{signed(g.low, meta)}, {signed(g.high, meta)}]"
+            above += [label] if g.low > 0 else []
+        gains.append(text)
+    problems = sorted({g.problems for g in paired.values() if g is not None})
+    unit = "percentage points" if meta.fmt == "percent" else "its units"
+    rise = (f"; the interval lies above the warm start for {_join(above)}" if above else
+            "; no method's interval lies wholly above the warm start")
+    return (f"The warm start (the initial model, before any RL step) scores "
+            f"{meta.format(initial)} on {benchmark_display(bench)}; gain at Last over it, in "
+            f"{unit} on the {'/'.join(map(str, problems))} questions both evaluated, with a 95% "
+            "interval paired over questions that counts the questions drawn and the warm "
+            "start's own sampling as well as the seeds (analysis.stats.gain_interval): "
+            f"{_join(gains)}{rise}.")
 
 
 def detectable_sentence(bench: str, span: Detectable, meta) -> str:
@@ -173,10 +201,12 @@ def detectable_sentence(bench: str, span: Detectable, meta) -> str:
 
 
 def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None = None,
-                      detectable: dict[str, Detectable] | None = None) -> str:
+                      detectable: dict[str, Detectable] | None = None,
+                      gains: dict[str, dict] | None = None) -> str:
     """The verdict (see module doc) for one scorer's tidy Last/Best table; `initial_means`
     maps benchmark -> the initial model's Mean@n (fraction), absent when not evaluated;
-    `detectable` maps benchmark -> the smallest detectable Δ over methods (analysis.power)."""
+    `detectable` maps benchmark -> the smallest detectable Δ over methods (analysis.power);
+    `gains` maps benchmark -> label -> the paired gain over the warm start (analysis.warmstart)."""
     last = tidy[tidy["stat"] == VERDICT_STAT]
     baseline = str(tidy["baseline"].iloc[0])
     meta = metric_meta(str(tidy["metric"].iloc[0]))
@@ -203,7 +233,8 @@ def verdict_paragraph(tidy: pd.DataFrame, initial_means: dict[str, float] | None
         if detectable and bench in detectable:
             sentences.append(detectable_sentence(bench, detectable[bench], meta))
         if initial_means and bench in initial_means:
-            sentences.append(gain_sentence(rows, bench, initial_means[bench]))
+            sentences.append(gain_sentence(rows, bench, initial_means[bench],
+                                           (gains or {}).get(bench)))
     if constant:  # one sentence for all of them, after those that carry a comparison
         sentences.append(constant_sentence(last, constant, meta, initial_means or {}))
     uneven = uneven_last_sentence(last)
