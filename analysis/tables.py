@@ -102,7 +102,12 @@ def per_run_last_best(eval_df: pd.DataFrame, scorer: str, metric: str = "mean") 
         pick = np.nanargmin if meta.higher_is_better is False else np.nanargmax
         if np.all(np.isnan(values)):
             continue
-        i_best = int(pick(values))
+        # Best is over the evaluations of Last's problem set only: a cheaper curve that
+        # evaluates a subset before Last (eval.limit_before_last) is another quantity
+        same_set = (g["num_problems"].to_numpy() == g["num_problems"].iloc[-1]
+                    if "num_problems" in g and g["num_problems"].notna().all()
+                    else np.ones(len(g), dtype=bool))
+        i_best = int(pick(np.where(same_set, values, np.nan)))
         kl = (g[KL_METRIC].astype(float).to_numpy() if KL_METRIC in g
               else np.full(len(g), np.nan))
         rows.append(
@@ -365,8 +370,8 @@ def caption(tidy: pd.DataFrame) -> str:
     steps = f"final evaluated step {lo}" if lo == hi else f"final evaluated steps {lo}-{hi}"
     text = (
         f"Scorer {scorer}: {name} {unit}. Last = value at the run's final evaluated step "
-        f"({steps}); Best = best over evaluated steps; both per seed, then mean ± standard "
-        f"error [95% t interval, clipped to 0-100] over seeds ({seeds_txt} seed(s) per method; "
+        f"({steps}); Best = best over the steps evaluated on Last's problems; both per seed, "
+        f"then mean ± standard error [95% t interval, clipped to 0-100] over seeds ({seeds_txt} seed(s) per method; "
         "n/a: one seed, no spread to estimate). Bold: best per column; underlined: second "
         "best; ties share the mark."
     )

@@ -259,3 +259,16 @@ def test_two_runs_with_one_label_and_seed_are_rejected(tmp_path):
         )
     with pytest.raises(ValueError, match=r"\['a', 'b'\] share label 'RPG-URKL'"):
         last_best_table(collect(tmp_path).eval, "dapo")
+
+
+def test_best_is_taken_over_evaluations_of_lasts_problem_set_only():
+    """Steps 4-12 on the first 40 questions, step 16 on all 100 (eval.limit_before_last):
+    a 55.0 on the 40 is another quantity than Last's 50.0 on the 100, so Best is step 16's;
+    with one problem set throughout, Best is the maximum over every step."""
+    rows = [{"run_id": "dapo_s0", "label": "DAPO", "seed": 0, "benchmark": "arithmetic",
+             "scorer": "dapo", "step": step, "mean": mean, "num_problems": problems, "n": 4}
+            for step, mean, problems in ((4, 0.40, 40), (8, 0.55, 40), (16, 0.50, 100))]
+    run = per_run_last_best(pd.DataFrame(rows), "dapo").iloc[0]
+    assert (run["best"], run["best_step"], run["last"]) == (0.50, 16, 0.50)
+    one_set = pd.DataFrame(rows).assign(num_problems=100)
+    assert per_run_last_best(one_set, "dapo").iloc[0]["best_step"] == 8
