@@ -188,6 +188,7 @@ def _report_blocks(report: str, pub: Published, initial: pd.DataFrame) -> tuple[
         blocks += [("contrasts paragraph", contrast_paragraph(pub.contrast_rows)),
                    ("contrasts table", contrasts.markdown(pub.contrast_rows))]
     blocks += [("accuracy by category", block) for block in pub.categories]
+    blocks += [("pass@k and maj@k tables", pub.at_k)] if pub.at_k else []
     for scorer, tidy in pub.tables.items():
         blocks.append((f"`{scorer}` table", render_markdown(tidy)))
         lines = initial_rows(initial, scorer)

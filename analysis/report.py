@@ -37,6 +37,7 @@ import pandas as pd
 from analysis import contrasts
 from analysis.answers import form_table
 from analysis.answers import markdown as forms_markdown
+from analysis.atk import at_k_markdown
 from analysis.categories import category_table
 from analysis.categories import markdown as category_markdown
 from analysis.collect import Collection, collect, collect_initial, problem_score_table
@@ -360,6 +361,16 @@ def answer_forms_section(col: Collection, opts: ReportOptions, tables_dir: Path)
     return ["## Answer forms", "", forms_markdown(table, strict, lenient)]
 
 
+def at_k_section(block: str) -> list[str]:
+    """pass@k and maj@k beside Mean@n at Last (analysis.atk); [] without them."""
+    if not block:
+        return []
+    return ["## pass@k and maj@k at Last", "",
+            "What a gain is made of: Mean@n rising while pass@k stays is sharpening (surer on "
+            "questions it could already solve); pass@k rising is questions solved from zero.",
+            "", block.rstrip("\n"), ""]
+
+
 def categories_section(blocks: list[str]) -> list[str]:
     """Accuracy by category (analysis.categories); [] when no benchmark has categories."""
     if not blocks:
@@ -441,6 +452,7 @@ class Published:
     contrast_rows: pd.DataFrame | None
     verdict: list[str]
     categories: list[str]  # Markdown, one per (scorer, benchmark with categories)
+    at_k: str = ""  # pass@k and maj@k beside Mean@n at Last, the verdict's scorer (analysis.atk)
 
     @classmethod
     def computed(cls, eval_df: pd.DataFrame, scores: Scores, initial: pd.DataFrame,
@@ -464,7 +476,8 @@ class Published:
                 table = category_table(per_run, scores, name, bench)
                 if not table.empty:
                     blocks.append(category_markdown(table, name, bench))
-        return cls(tables, rows, verdict, blocks)
+        return cls(tables, rows, verdict, blocks,
+                   at_k_markdown(eval_df, initial, scorer) if scorer else "")
 
 
 def build_report(opts: ReportOptions, progress: bool = False) -> Path:
@@ -501,6 +514,7 @@ def build_report(opts: ReportOptions, progress: bool = False) -> Path:
         *runs_section(col, opts.sweep_dir, tables_dir, out),
         *results_section(tables, table_files, initial, out),
         *categories_section(published.categories),
+        *at_k_section(published.at_k),
         *forms_lines,
         "## Paper vs ours",
         "",

@@ -109,7 +109,7 @@ def refresh(dest: Path) -> list[str]:
     Returns what it rewrote; `python -m analysis recompute` then checks the result."""
     from analysis import contrasts
     from analysis.recompute import recomputed
-    from analysis.report import categories_section
+    from analysis.report import at_k_section, categories_section
     from analysis.tables import render_markdown, write_last_best_tables
     from analysis.verdict import contrast_paragraph
 
@@ -137,16 +137,25 @@ def refresh(dest: Path) -> list[str]:
         if not hits:
             raise SystemExit(f"{snap.report}: {what} not found where a report puts it")
         done.append(f"report.md: {what}")
-    if pub.categories:  # a section older reports lack: replaced, or put before the paper's
-        section = "\n".join(categories_section(pub.categories))
-        old = re.search(r"^## Accuracy by category\n.*?(?=^## )", text, flags=re.M | re.S)
-        if old:
-            text = text[:old.start()] + section + text[old.end():]
-        else:
-            text = text.replace("## Paper vs ours\n", section + "## Paper vs ours\n", 1)
-        done.append("report.md: accuracy by category")
+    # sections older reports lack: replaced where they are, else put where a report puts them
+    for heading, lines, before in (
+            ("## Accuracy by category", categories_section(pub.categories), "## Paper vs ours"),
+            ("## pass@k and maj@k at Last", at_k_section(pub.at_k), "## Answer forms")):
+        if lines:
+            text = put_section(text, heading, "\n".join(lines), before)
+            done.append(f"report.md: {heading.removeprefix('## ').lower()}")
     snap.report.write_text(unshipped_links_dropped(text))
     return done
+
+
+def put_section(text: str, heading: str, section: str, before: str) -> str:
+    """`text` with its `heading` section (up to the next "## ") replaced by `section`, or
+    `section` put before the `before` heading (else before the paper's)."""
+    old = re.search(rf"^{re.escape(heading)}\n.*?(?=^## )", text, flags=re.M | re.S)
+    if old:
+        return text[:old.start()] + section + text[old.end():]
+    anchor = f"{before}\n" if f"\n{before}\n" in text else "## Paper vs ours\n"
+    return text.replace(anchor, section + anchor, 1)
 
 
 def copy_samples(sweep: Path, dest: Path, benchmark: str) -> list[Path]:
