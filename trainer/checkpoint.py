@@ -316,7 +316,25 @@ class Stopped(BaseException):
 
 
 @contextmanager
-def signals_stop_the_run() -> Iterator[None]:
+def _handled(names: tuple[str, ...], handler) -> Iterator[None]:
+    """`handler` for the signals `names` during the block (where this platform has them and
+    this is the main thread); the previous handlers after."""
+    old = {}
+    for name in names:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                old[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def signals_stop_the_run():
     """SIGTERM, SIGUSR1 and SIGHUP raise `Stopped` (SIGINT raises KeyboardInterrupt already);
     inside the loop PreemptionFlag takes SIGTERM and SIGUSR1 over, to save first. Without
     this a signal during set-up ends the process with no `finally` run, and a SIGTERMed
@@ -324,39 +342,14 @@ def signals_stop_the_run() -> Iterator[None]:
     def stop(signum, frame):
         raise Stopped(signal.Signals(signum).name)
 
-    old = {}
-    for name in ("SIGTERM", "SIGUSR1", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                old[sig] = signal.signal(sig, stop)
-            except ValueError:  # not the main thread
-                pass
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _handled(("SIGTERM", "SIGUSR1", "SIGHUP"), stop)
 
 
-@contextmanager
-def stop_signals_ignored() -> Iterator[None]:
+def stop_signals_ignored():
     """SIGINT, SIGTERM, SIGUSR1 and SIGHUP ignored for the block: the way out (ending the
     rollout worker, removing its files) runs whole, even when torchrun's SIGTERM to the
     survivors of a dead rank, or a second Ctrl-C, arrives in the middle of it."""
-    old = {}
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                old[sig] = signal.signal(sig, signal.SIG_IGN)
-            except ValueError:  # not the main thread
-                pass
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _handled(("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP"), signal.SIG_IGN)
 
 
 class Preempted(SystemExit):

@@ -70,10 +70,9 @@ def test_a_snapshot_recomputes_number_for_number(snapshot, capsys):
 
 
 def test_a_changed_number_is_caught(snapshot, capsys):
-    path = SweepDir(snapshot).tables / "contrasts.csv"
-    table = pd.read_csv(path)
-    table.loc[0, "delta_high"] += 0.01
-    table.to_csv(path, index=False)
+    _edit_csv(SweepDir(snapshot).tables / "contrasts.csv",
+              lambda t: t.assign(delta_high=t["delta_high"].where(t.index != 0,
+                                                                  t["delta_high"] + 0.01)))
     assert main(["recompute", str(snapshot)]) == 1
     out = capsys.readouterr().out
     assert "contrasts.csv: " in out and "1 differ" in out and "delta_high" in out
@@ -125,10 +124,8 @@ def test_an_evaluation_mean_that_disagrees_with_its_scores_is_caught_at_any_step
                                                                               capsys):
     """eval_metrics.csv's means are checked against the per-problem scores at every step,
     not only where they feed a published number."""
-    path = SweepDir(snapshot).tables / "eval_metrics.csv"
-    table = pd.read_csv(path)
-    table.loc[0, "mean"] += 0.01
-    table.to_csv(path, index=False)
+    _edit_csv(SweepDir(snapshot).tables / "eval_metrics.csv",
+              lambda t: t.assign(mean=t["mean"].where(t.index != 0, t["mean"] + 0.01)))
     assert main(["recompute", str(snapshot)]) == 1
     out = capsys.readouterr().out
     assert "eval_metrics.csv: " in out and "its per-problem scores give" in out
