@@ -94,6 +94,17 @@ def wait_gone(pids: set[int], timeout: float = 5.0) -> set[int]:
         time.sleep(0.05)
 
 
+def pid_alive(pid: int) -> bool:
+    """A process with this pid exists (zombies included; another user's counts): kill(0)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 def alive(pid: int) -> bool:
     """`pid` runs (a zombie, ended and not yet reaped, does not)."""
     try:

@@ -714,7 +714,7 @@ def exit_on_signals() -> None:
 def remove_stale_work(tmp: Path) -> list[Path]:
     """Remove the temporary folders of earlier checks whose process is gone (a KILL leaves
     them: stage b's model is 2.4 GB at full size); returns them."""
-    from common.generation.vllm import pid_alive  # no vLLM import: the hand-off's helper
+    from common.processes import pid_alive
 
     gone = []
     for folder in tmp.glob(f"{TMP_PREFIX}*"):

@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from common.processes import pid_alive
+
 SHM = Path("/dev/shm")
 SHM_PREFIX = "rpg-handoff-"
 SPILL_DIR = "rollout-handoff"  # under the run folder
@@ -56,22 +58,12 @@ def state_bytes(state: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_orphans(shm: Path = SHM) -> list[Path]:
     """Remove the /dev/shm folders of trainers that no longer run; returns them."""
     removed = []
     for folder in shm.glob(f"{SHM_PREFIX}*") if shm.is_dir() else ():
         pid = folder.name.removeprefix(SHM_PREFIX)
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed

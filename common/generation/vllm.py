@@ -73,6 +73,7 @@ from common.generation.base import (
     model_weights,
     register_engine,
 )
+from common.processes import pid_alive
 from common.prompts import encode_prompts
 
 log = logging.getLogger(__name__)
@@ -271,16 +272,6 @@ def write_adapter(model, folder: str | Path, tensors: dict[str, torch.Tensor] | 
     Path(folder, "adapter_config.json").write_text(json.dumps(config, default=str))
     tensors = adapter_tensors(model) if tensors is None else tensors
     save_file(tensors, str(Path(folder, "adapter_model.safetensors")))
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 def remove_stale(root: Path) -> list[Path]:
