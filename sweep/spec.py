@@ -213,11 +213,28 @@ class JobResources(Strict):
     cpus: int = Field(1, ge=1)
     mem_mb: int = Field(4000, ge=100)
     runtime_min: int = Field(60, ge=1, description="minutes on the first attempt")
+    seeds_together: bool = Field(
+        False, description="train: one job per cell, its seeds one after another in one "
+        "process (one start-up per cell instead of per seed: the imports, the MLflow store "
+        "and the grader's pool are a third of a tiny run's cost); runtime_min is per seed")
 
 
 class Resources(Strict):
     train: JobResources = JobResources()
     evaluate: JobResources = JobResources()
+
+    @model_validator(mode="after")
+    def _seeds_together_trains_one_process(self) -> Resources:
+        if self.evaluate.seeds_together:
+            raise ValueError("resources.evaluate.seeds_together: only training jobs take "
+                             "several seeds; set resources.train.seeds_together instead")
+        train = self.train
+        if train.seeds_together and (train.gpus > 1 or train.nodes > 1):
+            raise ValueError(
+                f"resources.train.seeds_together runs a cell's seeds in one process, but "
+                f"resources.train asks for {train.gpus} GPUs on {train.nodes} node(s) "
+                "(torchrun, a process per rank); set seeds_together: false")
+        return self
 
 
 class TinySpec(Strict):
@@ -289,6 +306,11 @@ class SweepConfig(Strict):
                 f"eval.group: train evaluates inside the training process, but "
                 f"resources.train asks for {train.gpus} GPUs on {train.nodes} node(s) (one "
                 "process each, every one would evaluate); use eval.group: run")
+        if train.seeds_together and self.eval.group == "checkpoint":
+            raise ValueError(
+                "resources.train.seeds_together trains a cell's seeds in one job, but "
+                "eval.group: checkpoint trains each run in segments, a job each; use "
+                "eval.group: train or run, or set seeds_together: false")
         return self
 
     @model_validator(mode="before")

@@ -50,3 +50,24 @@ def test_run_tree_kills_the_tree_at_its_timeout():
     assert "up" in caught.value.stdout
     done = run_tree([sys.executable, "-c", "print('ok')"], timeout=30)
     assert (done.returncode, done.stdout.strip()) == (0, "ok")
+
+
+def test_seconds_since_start_reads_the_kernels_clock():
+    """A child started now is younger than this process, and about as old as the time
+    since it was started (the kernel counts in 10 ms ticks)."""
+    import subprocess
+    import time
+
+    from common.processes import seconds_since_start
+
+    start = time.monotonic()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.3)
+        age = seconds_since_start(child.pid)
+        waited = time.monotonic() - start
+        assert 0.2 <= age <= waited + 0.05
+        assert seconds_since_start() > age
+    finally:
+        child.kill()
+        child.wait()

@@ -14,8 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from test_workflow_dryrun import job_counts  # noqa: E402
 from workflow_helpers import REPO, run_snakemake  # noqa: E402
 
-# The default's train jobs evaluate their runs (eval.group: train): no evaluate_run jobs.
-DEFAULT = {"tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 18,
+# The default's train jobs evaluate their runs (eval.group: train): no evaluate_run jobs; a
+# cell's 3 seeds train in one job (resources.train.seeds_together).
+DEFAULT = {"tiny_model": 1, "evaluate_initial": 1, "run_config": 18, "train": 6,
            "audit": 1, "paper_figures": 1, "report": 1, "all": 1}
 # 18 runs (6 methods x 3 seeds) x 2 benchmarks per cross-checked step; one env, one export
 # per benchmark.

@@ -12,28 +12,36 @@ from sweep.runconfig import merged, run_config
 from trainer.config import RunConfig
 
 
-def jobs(runs: int, *, tiny: bool = True, eval_in_train: bool = False,
+def jobs(runs: int, *, tiny: bool = True, eval_in_train: bool = False, seeds_per_job: int = 1,
          **extra: int) -> dict[str, int]:
-    """Exact job counts per rule of a sweep of `runs` runs: run_config, train and (unless
-    the train job evaluates, eval.group: train) evaluate_run once a run, the sweep-wide rules
-    once (with the tiny model and its step-0 evaluation where the sweep builds it), plus
-    `extra` rules."""
+    """Exact job counts per rule of a sweep of `runs` runs: run_config and (unless the train
+    job evaluates, eval.group: train) evaluate_run once a run, train once per
+    `seeds_per_job` runs (resources.train.seeds_together: a cell's seeds in one job), the
+    sweep-wide rules once (with the tiny model and its step-0 evaluation where the sweep
+    builds it), plus `extra` rules."""
     counts = {"tiny_model": 1, "evaluate_initial": 1} if tiny else {}
-    per_run = {"run_config": runs, "train": runs} | ({} if eval_in_train
-                                                     else {"evaluate_run": runs})
+    per_run = {"run_config": runs, "train": runs // seeds_per_job} | (
+        {} if eval_in_train else {"evaluate_run": runs})
     return {**counts, **per_run, "audit": 1, "paper_figures": 1, "report": 1, "all": 1, **extra}
+
+
+# overlays that train one run per process (vLLM rollouts, the async worker): their
+# resources.train.seeds_together is false
+ONE_RUN_PER_JOB = {"mismatch", "staleness-async"}
 
 
 def overlay(name: str, runs: int, **extra: int):
     """The default sweep plus config/ablations/<name>.yaml, and its job counts (the
-    default's eval.group: train, so no evaluation jobs)."""
+    default's eval.group: train, so no evaluation jobs, and its 3 seeds in one train job
+    per cell)."""
     return (("config/default.yaml", f"config/ablations/{name}.yaml"),
-            jobs(runs, eval_in_train=True, **extra))
+            jobs(runs, eval_in_train=True, seeds_per_job=1 if name in ONE_RUN_PER_JOB else 3,
+                 **extra))
 
 
 # configfiles -> exact job counts per rule (the default has 3 seeds; its overlays inherit them)
 SHIPPED = dict([
-    (("config/default.yaml",), jobs(18, eval_in_train=True)),
+    (("config/default.yaml",), jobs(18, eval_in_train=True, seeds_per_job=3)),
     (("config/paper.yaml",), jobs(6, tiny=False)),
     (("config/single-gpu.yaml",), jobs(6, tiny=False)),
     (("config/single-gpu-lora.yaml",), jobs(6, tiny=False)),
@@ -101,8 +109,9 @@ def test_eval_group_checkpoint_makes_one_job_per_checkpoint(tmp_path):
     (default sweep: 18 runs x 4 steps = 72, against 18 with the default eval.group: run),
     and the run trains in segments so that each evaluation waits only for its own
     checkpoint's segment (the last one waits for DONE), overlapping the rest of training."""
-    overlay = tmp_path / "group.yaml"
-    overlay.write_text("eval:\n  group: checkpoint\n")
+    overlay = tmp_path / "group.yaml"  # segments are jobs of one run each
+    overlay.write_text("eval:\n  group: checkpoint\nresources:\n  train:\n"
+                       "    seeds_together: false\n")
     proc = run_snakemake("-n", "-c", "2", "--directory", str(REPO), "--configfile",
                          "config/default.yaml", str(overlay), "--config",
                          f"results_dir={tmp_path}")

@@ -155,3 +155,26 @@ def test_eval_group_train_evaluates_inside_the_training_job(finished):
     history = client.get_metric_history(run_id, "eval/toy/dapo/mean")
     assert sorted(m.step for m in history) == [STEPS // 2, STEPS]
     assert (root / "results/intrain/report.md").is_file()
+
+
+def test_seeds_together_trains_a_cells_seeds_in_one_job(finished):
+    """resources.train.seeds_together, for real: one train job for GRPO's two seeds, each
+    seed trained, evaluated, tracked in MLflow and logged to its own file, and the report
+    built on both."""
+    root, _, _ = finished
+    config = grouped_sweep(root, "together", "train")
+    data = yaml.safe_load(config.read_text())
+    data["seeds"] = [0, 1]
+    data["resources"] = {"train": {"seeds_together": True}}
+    config.write_text(yaml.safe_dump(data))
+    proc = smk(root, config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = root / "results/together"
+    assert [p.name for p in (out / "benchmarks/train").iterdir()] == ["grpo.tsv"]
+    for seed in (0, 1):
+        run = out / f"runs/grpo_s{seed}"
+        assert (run / "DONE").is_file() and (run / "mlflow_run_id").is_file()
+        assert json.loads((run / f"eval/step_{STEPS}/toy.json").read_text())["step"] == STEPS
+        log = (out / f"logs/train/grpo_s{seed}.log").read_text()
+        assert f"runs/grpo_s{seed}" in log and f"runs/grpo_s{1 - seed}" not in log
+    assert "grpo_s1" in (out / "tables/runs.csv").read_text()

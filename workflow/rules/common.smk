@@ -1,5 +1,8 @@
 # Validate the sweep and expand it into cells, once, before any job is scheduled.
 import glob
+import json
+import re
+import shlex
 import sys
 
 from snakemake.utils import validate
@@ -38,6 +41,10 @@ LAYOUT = SweepDir(OUT)  # every path below comes from common.layout
 RUN = LAYOUT.run("{run_id}")  # a run directory, as a wildcard pattern
 RUNS = {cell.run_id: cell for cell in CELLS}
 RUN_IDS = list(RUNS)
+SEEDS_TOGETHER = SWEEP.resources.train.seeds_together
+CELL_RUNS = {}  # cell name -> its run ids in seed order (run id = <cell>_s<seed>)
+for _cell in CELLS:
+    CELL_RUNS.setdefault(_cell.run_id.removesuffix(f"_s{_cell.seed}"), []).append(_cell.run_id)
 STEPS = SWEEP.eval.steps
 SEGMENTS = segment_steps(SWEEP)  # eval.group checkpoint: train in segments up to these steps
 EVAL_IN_TRAIN = SWEEP.eval.group == "train"  # the train job evaluates its run (sweep/job.py)
@@ -90,6 +97,30 @@ def runtime(kind, checkpoints=0):
     base = (getattr(SWEEP.resources, kind).runtime_min
             + checkpoints * SWEEP.resources.evaluate.runtime_min)
     return lambda wildcards, attempt: base * attempt
+
+
+def cell_outputs():
+    """seeds_together: the train job's outputs, every seed's (DONE and, with eval.group:
+    train, its evaluations), as patterns of the `{cell}` wildcard."""
+    out = {}
+    for seed in SWEEP.seeds:
+        run_id = f"{{cell}}_s{seed}"
+        out[f"done_s{seed}"] = str(LAYOUT.run(run_id).done)
+        if EVAL_IN_TRAIN:
+            out.update({f"{k}_s{seed}": v for k, v in run_evals(run_id).items()})
+    return out
+
+
+def cell_runs_json(cell):
+    """seeds_together: `python -m sweep.job --runs`'s list for a cell, in seed order."""
+    runs = []
+    for run_id in CELL_RUNS[cell]:
+        train = ["--config", str(LAYOUT.run_config(run_id)),
+                 "--parent-run-id-file", str(LAYOUT.parent_run_id)]
+        evaluate = eval_args(SWEEP, run_id, STEPS, BENCHES) if EVAL_IN_TRAIN else None
+        runs.append({"log": str(LAYOUT.log("train", run_id)), "train": train,
+                     "eval": shlex.split(evaluate) if evaluate is not None else None})
+    return json.dumps(runs)
 
 
 def run_evals(run_id="{run_id}", steps=None):

@@ -57,32 +57,64 @@ if SEGMENTS:
 
 # With eval.group: train the job also evaluates the run's checkpoints, in the same process
 # (`python -m sweep.job`, the trainer then the evaluation), so the outputs include them.
-rule train:
-    input:
-        cfg=rules.run_config.output[0],
-        model=MODEL_INPUT,
-        previous=previous_segment,
-    output:
-        done=str(RUN.done),
-        **(run_evals() if EVAL_IN_TRAIN else {}),
-    params:
-        parent=str(LAYOUT.parent_run_id),
-        trainer=train_command(SWEEP),
-        evaluate=lambda wc: (f" -- {eval_args(SWEEP, wc.run_id, STEPS, BENCHES)}"
-                             if EVAL_IN_TRAIN else ""),
-    conda:
-        "../envs/harness.yaml"
-    log:
-        str(LAYOUT.log("train", "{run_id}")),
-    benchmark:
-        str(LAYOUT.benchmark("train", "{run_id}"))
-    threads: SWEEP.resources.train.cpus
-    resources:
-        mem_mb=SWEEP.resources.train.mem_mb,
-        runtime=runtime("train", len(STEPS) if EVAL_IN_TRAIN else 0),
-        **train_slurm_resources(SWEEP),  # GPUs, nodes, tasks in the SLURM plugin's names
-    # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
-    # warning, scancel, requeue) reaches it instead of killing the shell around it.
-    shell:
-        "exec {params.trainer} --config {input.cfg} --parent-run-id-file {params.parent}"
-        "{params.evaluate} > {log} 2>&1"
+# With resources.train.seeds_together one job trains a cell's seeds one after another in one
+# process (`python -m sweep.job --runs`): one start-up per cell, the outputs of every seed.
+if SEEDS_TOGETHER:
+
+    rule train:
+        input:
+            cfg=lambda wc: [str(LAYOUT.run_config(run_id)) for run_id in CELL_RUNS[wc.cell]],
+            model=MODEL_INPUT,
+        output:
+            **cell_outputs(),
+        wildcard_constraints:
+            cell="|".join(re.escape(c) for c in CELL_RUNS),
+        params:
+            runs=lambda wc: cell_runs_json(wc.cell),
+        conda:
+            "../envs/harness.yaml"
+        log:
+            **{f"s{seed}": str(LAYOUT.log("train", f"{{cell}}_s{seed}")) for seed in SWEEP.seeds},
+        benchmark:
+            str(LAYOUT.benchmark("train", "{cell}"))
+        threads: SWEEP.resources.train.cpus
+        resources:
+            mem_mb=SWEEP.resources.train.mem_mb,
+            runtime=lambda wc, attempt: len(SWEEP.seeds) * runtime(
+                "train", len(STEPS) if EVAL_IN_TRAIN else 0)(wc, attempt),
+            **train_slurm_resources(SWEEP),
+        # each run's output goes to its own log (sweep/job.py); exec as below
+        shell:
+            "exec python -m sweep.job --runs {params.runs:q}"
+
+else:
+
+    rule train:
+        input:
+            cfg=rules.run_config.output[0],
+            model=MODEL_INPUT,
+            previous=previous_segment,
+        output:
+            done=str(RUN.done),
+            **(run_evals() if EVAL_IN_TRAIN else {}),
+        params:
+            parent=str(LAYOUT.parent_run_id),
+            trainer=train_command(SWEEP),
+            evaluate=lambda wc: (f" -- {eval_args(SWEEP, wc.run_id, STEPS, BENCHES)}"
+                                 if EVAL_IN_TRAIN else ""),
+        conda:
+            "../envs/harness.yaml"
+        log:
+            str(LAYOUT.log("train", "{run_id}")),
+        benchmark:
+            str(LAYOUT.benchmark("train", "{run_id}"))
+        threads: SWEEP.resources.train.cpus
+        resources:
+            mem_mb=SWEEP.resources.train.mem_mb,
+            runtime=runtime("train", len(STEPS) if EVAL_IN_TRAIN else 0),
+            **train_slurm_resources(SWEEP),  # GPUs, nodes, tasks in the SLURM plugin's names
+        # exec: the trainer replaces the shell, so a scheduler's SIGTERM (SLURM's time-limit
+        # warning, scancel, requeue) reaches it instead of killing the shell around it.
+        shell:
+            "exec {params.trainer} --config {input.cfg} --parent-run-id-file {params.parent}"
+            "{params.evaluate} > {log} 2>&1"
