@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from common.console import line_buffered_stdout
+    from common.console import line_buffered_stdout, quick_teardown
 
+    quick_teardown()  # registered first: its exit handler runs last
     line_buffered_stdout()  # its log shows each line when printed
     sys.exit(main())
