@@ -30,9 +30,15 @@ unadjusted, tie). For each number of seeds it prints, from `studies` studies:
   separates: about 80% when the planner is calibrated;
 - how often a comparison with `--effect` separates: a large real effect must still show.
 
+An effect is injected as the shift whose expected gain, averaged over the problems after the
+clip, is the stated size (`Model.shift_for`): a plain shift of that size gains less on
+problems near 0 or 1, which would test a smaller effect than the planner's.
+
 It exits 1 when a false-separation rate's interval lies wholly above 5%: the report's
 intervals would then separate more null comparisons than they claim (the old bootstrap over
-(problem, seed) pairs does: 37-46%).
+(problem, seed) pairs does: 37-46%). It also exits 1 when the power at the planner's
+detectable Δ lies wholly outside 80% +- 5 points (its Wilson interval): the seeds
+`python -m analysis power` asks for would then not deliver the power it promises.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ from analysis.tables import last_best_table, per_run_last_best
 from analysis.verdict import reading
 
 NOMINAL = 1 - LEVEL  # the false-separation rate a calibrated 95% interval allows
+TARGET_POWER = power.POWER  # what the planner's detectable Δ promises
+POWER_TOLERANCE = 0.05  # the power there may lie in 80% +- 5 points (its Wilson interval)
 PILOT_SEEDS, PILOT_PROBLEMS_MIN = 400, 400  # the large pilot the planner's components come from
 
 
@@ -79,11 +87,46 @@ class Model:
     def problems(self) -> int:
         return len(self.q)
 
+    def shift_for(self, effect: float) -> float:
+        """The shift s whose expected gain, mean over the problems of E[clip(q + s + u + e)]
+        - E[clip(q + u + e)], is `effect`: a shift of `effect` itself gains less, since a
+        problem near 0 or 1 loses part of it to the clip (on the toy default's problems,
+        most at 0, a 10.96-point shift gains about 7). Exact for normal u and e (the clip
+        of a normal has a closed-form mean); solved by bisection, the gain rising in s."""
+        if effect == 0:
+            return 0.0
+        sd = math.hypot(self.run_sd, self.interaction_sd)
+        q = self.q
+
+        def clipped_mean(m: np.ndarray) -> np.ndarray:  # E[clip(m + z, 0, 1)], z ~ N(0, sd^2)
+            if sd == 0:
+                return np.clip(m, 0.0, 1.0)
+            norm = _scipy_stats.norm
+
+            def above(x):  # E[max(x + z, 0)]
+                return x * norm.cdf(x / sd) + sd * norm.pdf(x / sd)
+            return above(m) - above(m - 1.0)
+
+        base = clipped_mean(q).mean()
+        sign = 1.0 if effect > 0 else -1.0
+        room = (1.0 - base) if effect > 0 else base
+        if abs(effect) >= room:
+            raise ValueError(f"an effect of {100 * effect:+.2f} points is more than the scale "
+                             f"allows: the problems' mean accuracy is {100 * base:.2f}")
+        low, high = 0.0, 1.0 + 4 * sd
+        for _ in range(60):
+            mid = (low + high) / 2
+            gain = sign * (clipped_mean(q + sign * mid).mean() - base)
+            low, high = (mid, high) if gain < abs(effect) else (low, mid)
+        return sign * (low + high) / 2
+
     def draw(self, rng: np.random.Generator, studies: int, seeds: int,
              effect: float = 0.0, problems: np.ndarray | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
-        """(method, baseline) per-problem scores, each (studies, seeds, P)."""
+        """(method, baseline) per-problem scores, each (studies, seeds, P); the method's
+        expected gain over the baseline is `effect` (`shift_for`)."""
         q = self.q if problems is None else problems
+        effect = Model(q, self.run_sd, self.interaction_sd, self.samples).shift_for(effect)
 
         def side(shift: float) -> np.ndarray:
             u = rng.normal(0.0, self.run_sd, (studies, seeds, 1))
@@ -96,8 +139,9 @@ class Model:
     def sweeps(self, rng: np.random.Generator, studies: int, family: int, seeds: int,
                effect: float = 0.0) -> np.ndarray:
         """(studies, 1 + family, seeds, P) per-problem scores: the baseline, then `family`
-        methods each shifted by `effect`, every run with its own u and e."""
-        shift = np.r_[0.0, np.full(family, effect)][None, :, None, None]
+        methods each gaining `effect` in expectation (`shift_for`), every run with its own
+        u and e."""
+        shift = np.r_[0.0, np.full(family, self.shift_for(effect))][None, :, None, None]
         u = rng.normal(0.0, self.run_sd, (studies, family + 1, seeds, 1))
         e = rng.normal(0.0, self.interaction_sd, (studies, family + 1, seeds, self.problems))
         p = np.clip(self.q + shift + u + e, 0.0, 1.0)
@@ -227,6 +271,14 @@ class Row:
         """Neither false-separation rate's 95% interval lies wholly above the nominal 5%."""
         return self.false_rate[1] <= NOMINAL and self.familywise_rate[1] <= NOMINAL
 
+    @property
+    def planner_holds(self) -> bool:
+        """The power at the planner's detectable Δ is 80% within the tolerance: its 95%
+        Wilson interval reaches into 80% +- POWER_TOLERANCE."""
+        _, low, high = self.power_at_mdd
+        return (low <= TARGET_POWER + POWER_TOLERANCE
+                and high >= TARGET_POWER - POWER_TOLERANCE)
+
 
 @dataclass
 class Calibration:
@@ -237,6 +289,10 @@ class Calibration:
     @property
     def calibrated(self) -> bool:
         return all(r.calibrated for r in self.rows)
+
+    @property
+    def planner_holds(self) -> bool:
+        return all(r.planner_holds for r in self.rows)
 
 
 def calibrate(model: Model, seeds=(3, 5), studies: int = 1000, effect: float = 0.20,
@@ -287,9 +343,15 @@ def render(cal: Calibration) -> str:
               "(no effect) whose 95% interval excludes 0, with its 95% Wilson interval; "
               "expected 5%. studies with a finding: share of null studies where Holm lets "
               "any comparison through; at most 5%. detectable: the planner's smallest Δ at "
-              "95% / 80% power for this design (points); power there: expected 80%.",
+              "95% / 80% power for this design (points); power there: expected 80%. Effects "
+              "are injected so that their mean over the problems, after the clip to 0-100, "
+              "is the stated size.",
               "calibrated: no false-separation interval lies wholly above 5%" if cal.calibrated
-              else "NOT CALIBRATED: a false-separation interval lies wholly above 5% (exit 1)"]
+              else "NOT CALIBRATED: a false-separation interval lies wholly above 5% (exit 1)",
+              f"planner: the power at its detectable Δ is within {100 * TARGET_POWER:.0f}% +- "
+              f"{100 * POWER_TOLERANCE:.0f} points" if cal.planner_holds else
+              f"PLANNER OFF: a power at its detectable Δ lies wholly outside "
+              f"{100 * TARGET_POWER:.0f}% +- {100 * POWER_TOLERANCE:.0f} points (exit 1)"]
     return "\n".join(lines)
 
 
@@ -358,4 +420,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render(cal))
-    return 0 if cal.calibrated else 1
+    return 0 if cal.calibrated and cal.planner_holds else 1

@@ -73,7 +73,8 @@ def test_render_states_each_figure(calibration):
     assert "run-to-run sd 4.00 points" in text and "K = 3 Last comparisons" in text
     for row in calibration.rows:
         assert f"{100 * row.false_rate[0]:5.1f}%" in text and f"{100 * row.mdd:10.2f}" in text
-    assert text.endswith("calibrated: no false-separation interval lies wholly above 5%")
+    assert "calibrated: no false-separation interval lies wholly above 5%" in text
+    assert text.endswith("planner: the power at its detectable Δ is within 80% +- 5 points")
 
 
 def test_rate_gives_a_wilson_interval():
@@ -108,3 +109,53 @@ def test_cli_runs_and_rejects_bad_input(capsys):
     assert "--accuracy 0" in capsys.readouterr().err
     assert main(["calibrate", "--seeds", "1"]) == 2
     assert "at least 2 seeds" in capsys.readouterr().err
+
+
+def test_an_effect_is_injected_so_that_its_mean_survives_the_clip():
+    """shift_for: problems at 0 lose part of a plain shift to the clip, so the injected
+    shift is larger; its expected gain, by quadrature of the clipped normal, is the effect."""
+    from scipy import integrate, stats
+
+    q = np.array([0.0, 0.0, 0.02, 0.3, 0.6, 0.97])
+    model = Model(q, run_sd=0.02, interaction_sd=0.11, samples=4)
+    sd = math.hypot(0.02, 0.11)
+
+    def mean_after_clip(m):
+        return integrate.quad(lambda z: min(max(m + z, 0.0), 1.0) * stats.norm.pdf(z, 0, sd),
+                              -12 * sd, 12 * sd, points=[-m, 1 - m], epsabs=1e-13,
+                              limit=200)[0]
+
+    for effect in (0.11, -0.05, 0.30):
+        shift = model.shift_for(effect)
+        assert abs(shift) > abs(effect)
+        gain = np.mean([mean_after_clip(x + shift) - mean_after_clip(x) for x in q])
+        assert gain == pytest.approx(effect, abs=1e-9)
+    assert model.shift_for(0.0) == 0.0
+    with pytest.raises(ValueError, match="more than the scale allows"):
+        model.shift_for(0.70)
+
+
+def test_a_planner_that_promises_too_much_fails_calibrate(monkeypatch, capsys):
+    """The planner's detectable Δ halved: the power there falls far below 80%, and
+    calibrate says so and exits 1 (the false-separation rates are unchanged)."""
+    from analysis import calibrate as calibrate_module
+
+    args = ["calibrate", "--seeds", "3", "--studies", "40", "--family", "2"]
+    assert main(args) == 0
+    assert "planner: the power at its detectable Δ is within 80% +- 5" in capsys.readouterr().out
+    honest = calibrate_module.planner_mdd
+    monkeypatch.setattr(calibrate_module, "planner_mdd", lambda *a: honest(*a) / 2)
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "PLANNER OFF" in out and "NOT CALIBRATED" not in out
+
+
+def test_the_default_snapshots_planner_delivers_its_power(capsys):
+    """`calibrate --sweep-dir docs/runs/default-host`: the power at the planner's detectable
+    Δ is stated and within 80% +- 5 points (effects injected through the clip)."""
+    assert main(["calibrate", "--sweep-dir", str(REPO / "docs" / "runs" / "default-host"),
+                 "--seeds", "3", "--studies", "120"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["3"])
+    assert 70 <= float(row.split()[8].rstrip("%")) <= 90, row  # power there
+    assert "planner: the power at its detectable Δ is within 80% +- 5 points" in out
