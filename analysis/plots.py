@@ -9,7 +9,10 @@ error when more than one seed reached that step. A method keeps its color, marke
 style in every figure (`method_styles`), so curves that nearly coincide stay apart; curves
 that coincide exactly are drawn once, the legend naming every label they stand for. A
 benchmark whose every value in the figure is the same (a tiny model's 0 on AIME24) gets no
-panel, only a note under the figure. Axis labels, units and percent scaling come from the
+panel, only a note under the figure. A panel whose steps evaluate different problem sets
+(`eval.limit_before_last`: a cheaper curve on the first questions) draws the points not on
+Last's set hollow and says so under the figure, since the line joins two populations.
+Axis labels, units and percent scaling come from the
 metric registry (`common.metrics.metric_meta`), never from guesses here. Rendering uses
 matplotlib's object API with the Agg canvas (no pyplot state, no display needed).
 
@@ -222,10 +225,41 @@ def with_initial_point(df: pd.DataFrame, initial: pd.DataFrame | None, metric: s
         if value.empty:
             continue
         has_step0 = set(runs.loc[runs["step"] == 0, "label"])
+        problems = (start.loc[start["benchmark"] == bench, "num_problems"]
+                    if "num_problems" in start else pd.Series(dtype=float))
         for label in [lab for lab in runs["label"].unique() if lab not in has_step0]:
             rows.append({"label": label, "run_id": f"initial:{label}", "step": 0,
-                         "benchmark": bench, "scorer": scorer, metric: float(value.iloc[0])})
+                         "benchmark": bench, "scorer": scorer, metric: float(value.iloc[0]),
+                         "num_problems": problems.iloc[0] if len(problems) else np.nan})
     return pd.concat([df, pd.DataFrame(rows)], ignore_index=True) if rows else df
+
+
+def other_problem_sets(df: pd.DataFrame) -> pd.Series:
+    """{step: problem count} of one benchmark's steps that evaluate another number of
+    problems than its last step (empty when every step evaluates the same count, or the
+    count is unknown)."""
+    if "num_problems" not in df:
+        return pd.Series(dtype=float)
+    sizes = df.dropna(subset=["num_problems"]).groupby("step")["num_problems"].max()
+    if sizes.empty:
+        return sizes
+    return sizes[sizes != sizes.loc[sizes.index.max()]]
+
+
+def _hollow(ax, band: pd.DataFrame, steps, colors: dict[str, tuple], scale: float) -> None:
+    """Each label's points at `steps` drawn again as hollow markers (another problem set)."""
+    styles = method_styles(colors)
+    for label, points in band[band["step"].isin(steps)].groupby("label"):
+        ax.plot(points["step"], points["mean"] * scale, ls="", marker=styles[label][0],
+                markersize=4, markerfacecolor="white", markeredgecolor=colors[label],
+                zorder=3)
+
+
+def problem_set_note(bench: str, others: pd.Series, last: int) -> str:
+    steps = ", ".join(str(int(s)) for s in others.index)
+    counts = "/".join(sorted({str(int(c)) for c in others}))
+    return (f"{benchmark_display(bench)}: hollow points (steps {steps}) are {counts} problems, "
+            f"filled ones Last's {last}: the line joins two problem sets")
 
 
 def plot_accuracy(
@@ -244,9 +278,16 @@ def plot_accuracy(
     fig, axes = panels(len(benches))
     ns = sorted({int(x) for x in df["n"].dropna()}) if "n" in df else []
     name = meta.display.replace("@n", f"@{ns[0]}") if len(ns) == 1 else meta.display
+    notes = [note] if note else []
     for ax, bench in zip(axes, benches):
-        band = seed_band(df[df["benchmark"] == bench], metric)
+        rows = df[df["benchmark"] == bench]
+        band = seed_band(rows, metric)
         _draw(ax, band, colors, meta.scale, markers=True)
+        others = other_problem_sets(rows)
+        if len(others):
+            _hollow(ax, band, others.index, colors, meta.scale)
+            last = int(rows.loc[rows["step"] == rows["step"].max(), "num_problems"].max())
+            notes.append(problem_set_note(bench, others, last))
         ax.set_title(benchmark_display(bench))
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))
@@ -255,7 +296,7 @@ def plot_accuracy(
     spread = BAND.replace("band:", "band (bar at a lone point):") if bars else BAND
     fig.suptitle(f"Evaluation accuracy ({scorer} scorer)\n{spread}", fontsize="medium")
     legend(fig, axes)
-    footnote(fig, note)
+    footnote(fig, "\n".join(notes))
     return fig
 
 

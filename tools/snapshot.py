@@ -104,7 +104,7 @@ def unshipped_links_dropped(report: str) -> str:
 def refresh(dest: Path) -> list[str]:
     """Rebuild a snapshot's computed files from what it ships, for when the statistics
     change and the run folders are gone: its Last/Best tables (CSV, Markdown, LaTeX), its
-    contrasts, and in report.md the verdict, the contrasts' paragraph and table and each
+    contrasts, its accuracy figures, and in report.md the verdict, the contrasts' paragraph and table and each
     scorer's table (each found by its heading and replaced whole; every other line kept).
     Returns what it rewrote; `python -m analysis recompute` then checks the result."""
     from analysis import contrasts
@@ -145,17 +145,37 @@ def refresh(dest: Path) -> list[str]:
             text = put_section(text, heading, "\n".join(lines), before)
             done.append(f"report.md: {heading.removeprefix('## ').lower()}")
     snap.report.write_text(unshipped_links_dropped(text))
+    return done + redraw_accuracy(dest)
+
+
+def redraw_accuracy(dest: Path) -> list[str]:
+    """The snapshot's accuracy figures (`plots/accuracy_<scorer>.png`, those it ships)
+    drawn again from its tables with this checkout's plotting; the training figure needs
+    the per-step rows a snapshot does not ship, so it stays."""
+    from analysis.plots import method_colors, plot_accuracy
+    from analysis.snapshot import read_published
+
+    snap = SweepDir(dest)
+    eval_df, _, initial = read_published(dest)
+    colors = method_colors(set(eval_df["label"]))
+    done = []
+    for scorer in sorted(eval_df["scorer"].unique()):
+        png = snap.plots / f"accuracy_{scorer}.png"
+        if png.is_file():
+            plot_accuracy(eval_df, scorer, colors, initial=initial).savefig(png, dpi=150)
+            done.append(f"plots/{png.name}")
     return done
 
 
 def put_section(text: str, heading: str, section: str, before: str) -> str:
     """`text` with its `heading` section (up to the next "## ") replaced by `section`, or
     `section` put before the `before` heading (else before the paper's)."""
+    block = section.rstrip("\n") + "\n\n"  # a blank line before the next heading
     old = re.search(rf"^{re.escape(heading)}\n.*?(?=^## )", text, flags=re.M | re.S)
     if old:
-        return text[:old.start()] + section + text[old.end():]
+        return text[:old.start()] + block + text[old.end():]
     anchor = f"{before}\n" if f"\n{before}\n" in text else "## Paper vs ours\n"
-    return text.replace(anchor, section + anchor, 1)
+    return text.replace(anchor, block + anchor, 1)
 
 
 def copy_samples(sweep: Path, dest: Path, benchmark: str) -> list[Path]:

@@ -263,3 +263,32 @@ def test_a_long_legend_sits_under_the_panels_without_overlapping_them():
         assert legend_box.y1 <= panel.y0 + 1, (legend_box, panel)
         assert fig._suptitle.get_window_extent(renderer).y0 >= ax.title.get_window_extent(
             renderer).y1 - 1
+
+
+def test_steps_on_another_problem_set_are_hollow_and_named():
+    """real-cpu's design: steps 4-12 evaluate the first 40 questions, Last (16) and the warm
+    start all 100. The 40-question points are drawn again hollow, and the note under the
+    figure names the steps and both counts; a panel on one problem set gets neither."""
+    rows = [{"run_id": f"{label}_s0", "label": label, "seed": 0, "step": step,
+             "benchmark": "arithmetic", "scorer": "dapo", "mean": 0.3 + 0.01 * step + shift,
+             "n": 4, "num_problems": 100 if step == 16 else 40}
+            for label, shift in (("DAPO", 0.0), ("GRPO", 0.05)) for step in (4, 8, 12, 16)]
+    initial = pd.DataFrame([{"step": 0, "benchmark": "arithmetic", "scorer": "dapo",
+                             "mean": 0.36, "n": 4, "num_problems": 100}])
+    colors = method_colors(["DAPO", "GRPO"])
+    fig = plot_accuracy(pd.DataFrame(rows), "dapo", colors, initial=initial)
+    (ax,) = fig.axes
+    hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
+    assert len(hollow) == 2
+    for line in hollow:
+        assert list(line.get_xdata()) == [4, 8, 12]
+    assert {tuple(line.get_markeredgecolor()) for line in hollow} == {colors["DAPO"],
+                                                                       colors["GRPO"]}
+    note = fig.legends[0].get_title().get_text()
+    assert note == ("Arithmetic: hollow points (steps 4, 8, 12) are 40 problems, filled ones "
+                    "Last's 100: the line joins two problem sets")
+    same = pd.DataFrame([{**r, "num_problems": 100} for r in rows])
+    fig = plot_accuracy(same, "dapo", colors, initial=initial)
+    assert not [line for line in fig.axes[0].get_lines()
+                if line.get_markerfacecolor() == "white"]
+    assert fig.legends[0].get_title().get_text() == ""

@@ -159,6 +159,26 @@ def test_refresh_rewrites_what_recompute_checks(snapshot):
     assert report.read_text().endswith("A hand-written line.\n")
 
 
+def test_refresh_redraws_the_accuracy_figures_a_snapshot_ships(snapshot):
+    """A shipped accuracy PNG is drawn again from the tables (an old one replaced); a
+    scorer whose figure the snapshot does not ship gets none."""
+    plots = snapshot / "plots"
+    plots.mkdir()
+    (plots / "accuracy_dapo.png").write_bytes(b"an old figure")
+    done = refresh(snapshot)
+    assert "plots/accuracy_dapo.png" in done
+    assert (plots / "accuracy_dapo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in plots.iterdir()) == ["accuracy_dapo.png"]
+
+
+def test_a_put_section_keeps_a_blank_line_before_the_next_heading():
+    put = snapshot_tool.put_section
+    text = "## A\n\nold\n\n## B\ntext\n"
+    assert put(text, "## A", "## A\n\nnew", "## B") == "## A\n\nnew\n\n## B\ntext\n"
+    assert put("x\n\n## B\ntext\n", "## A", "## A\n\nnew\n", "## B") == (
+        "x\n\n## A\n\nnew\n\n## B\ntext\n")
+
+
 def test_a_snapshot_without_scores_is_one_line(tmp_path, capsys):
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables" / "eval_metrics.csv").write_text("run_id\n")
