@@ -98,29 +98,42 @@ def same_numbers(old: Path, new: Path) -> str:
         f"{len(differ)} of {len(files)} files differ: {', '.join(differ[:4])}"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
+def two_checkouts(description: str, work: str, **options) -> argparse.Namespace:
+    """The arguments of a side-by-side script: --old, --new, --repeats, --work, `options`
+    ({flag: default} of its own integers)."""
+    p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--old", type=Path, required=True, help="baseline checkout")
     p.add_argument("--new", type=Path, default=REPO, help="checkout to compare (default: this)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--work", type=Path, default=Path("/tmp/default_speed"))
-    a = p.parse_args()
-    sweep = reduced_sweep(a.steps)
-    cells = expand(sweep)[0]
+    for flag, default in options.items():
+        p.add_argument(f"--{flag}", type=int, default=default)
+    p.add_argument("--work", type=Path, default=Path(work))
+    return p.parse_args()
+
+
+def interleaved(a: argparse.Namespace, run, parts: tuple[str, ...]) -> None:
+    """`run(code, label)` -> {part: seconds} for both checkouts, `a.repeats` times, which
+    goes first alternating; prints each run, then each part's medians and ratio new / old."""
     codes = {"old": a.old.resolve(), "new": a.new.resolve()}
     times: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for r in range(a.repeats):
         for label in (["old", "new"] if r % 2 == 0 else ["new", "old"]):
-            t = run_once(codes[label], a.work / label, sweep, cells)
+            t = run(codes[label], label)
             times[label].append(t)
             print(f"repeat {r} {label}: " + ", ".join(f"{k} {v:.1f} s" for k, v in t.items()),
                   flush=True)
-    for part in ("train_pair", "eval", "total"):
+    for part in parts:
         old = statistics.median(t[part] for t in times["old"])
         new = statistics.median(t[part] for t in times["new"])
         print(f"{part:10s} median old {old:7.1f} s  new {new:7.1f} s  ratio {new / old:.2f}")
+
+
+def main() -> None:
+    a = two_checkouts(__doc__, "/tmp/default_speed", steps=20, repeats=3)
+    sweep = reduced_sweep(a.steps)
+    cells = expand(sweep)[0]
+    interleaved(a, lambda code, label: run_once(code, a.work / label, sweep, cells),
+                ("train_pair", "eval", "total"))
     print("same numbers (last repeat):", same_numbers(a.work / "old", a.work / "new"))
 
 

@@ -17,9 +17,7 @@ writes, whole, except train_metrics.csv's timing columns.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from perf.default_speed import interleaved, two_checkouts  # noqa: E402
 from perf.rule_times import read_jobs, span_s  # noqa: E402
 from perf.same_numbers import compared_files, records  # noqa: E402
 
@@ -72,25 +71,9 @@ def same_numbers(old: Path, new: Path) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--old", type=Path, required=True, help="baseline checkout")
-    p.add_argument("--new", type=Path, default=REPO, help="checkout to compare (default: this)")
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--work", type=Path, default=Path("/tmp/main_job_speed"))
-    a = p.parse_args()
-    codes = {"old": a.old.resolve(), "new": a.new.resolve()}
-    times: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-    for r in range(a.repeats):
-        for label in (["old", "new"] if r % 2 == 0 else ["new", "old"]):
-            t = run_main_job(codes[label], a.work / "results", a.work / label)
-            times[label].append(t)
-            print(f"repeat {r} {label}: wall {t['wall']:.1f} s, span {t['span']:.1f} s",
-                  flush=True)
-    for part in ("wall", "span"):
-        old = statistics.median(t[part] for t in times["old"])
-        new = statistics.median(t[part] for t in times["new"])
-        print(f"{part:5s} median old {old:7.1f} s  new {new:7.1f} s  ratio {new / old:.2f}")
+    a = two_checkouts(__doc__, "/tmp/main_job_speed", repeats=1)
+    interleaved(a, lambda code, label: run_main_job(code, a.work / "results", a.work / label),
+                ("wall", "span"))
     print("same numbers (last repeat):",
           same_numbers(a.work / "old/default", a.work / "new/default"))
 
