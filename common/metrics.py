@@ -140,6 +140,8 @@ _EVAL_METRICS = [
     _m("mean_stderr", "Mean@n s.e.", None, "last", "percent", 2, "s.e. over problems"),
     _m("mean_ci95_low", "Mean@n CI95 low", None, "last", "percent", 2, "bootstrap 95% low"),
     _m("mean_ci95_high", "Mean@n CI95 high", None, "last", "percent", 2, "bootstrap 95% high"),
+    _m("greedy", "Greedy", True, "last", "percent", 2,
+       "accuracy of one greedy answer per problem (temperature 0; eval.greedy)"),
     _m("extract_fail_rate", "Extraction failures", False, "last", "percent", 2, "no answer"),
     _m("timeout_rate", "Grader timeouts", False, "last", "percent", 2, "grading timed out"),
     _m("error_rate", "Grader errors", False, "last", "percent", 2, "grading raised an error"),

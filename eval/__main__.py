@@ -99,6 +99,9 @@ def eval_parser() -> argparse.ArgumentParser:
                    help="read the run id from this file (the trainer writes <run>/mlflow_run_id);"
                    " with --mlflow-uri, a missing or empty file (training could not reach MLflow)"
                    " means no MLflow logging, noted in <run>/mlflow_pending for a later sync")
+    p.add_argument("--greedy", action="store_true",
+                   help="also one greedy answer per problem (temperature 0): each scorer's "
+                   "summary gets `greedy`, its accuracy")
     p.add_argument("--no-kl", dest="kl", action="store_false",
                    help="skip the KL to the initial model named in each checkpoint's run config")
     p.add_argument("--no-progress", dest="progress", action="store_false")

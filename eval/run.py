@@ -74,6 +74,7 @@ class EvalConfig(BaseModel):
     mlflow_pending_dir: str | None = None  # run dir where a failed mirror is noted for a sync
     progress: bool = True
     kl: bool = True  # KL to the initial model named in the checkpoint's run config (eval/kl.py)
+    greedy: bool = False  # also one greedy answer per problem (temperature 0): a Greedy column
 
     @field_validator("scorers")
     @classmethod
@@ -329,6 +330,9 @@ def execute(prep: Prepared, engine: Engine | None = None) -> dict:
     grades = grade_samples(bench, samples, cfg)
     records = sample_records(bench, samples, grades)
     summary = build_summary(cfg, bench, samples, grades, prep.model_sha256, kl_block)
+    if cfg.greedy:  # after the sampled pass, which it leaves as it was
+        for scorer, accuracy in greedy_accuracy(engine, prompts, bench, cfg).items():
+            summary["scorers"][scorer]["greedy"] = accuracy
     # ensure_ascii: model output may hold lone surrogates that UTF-8 cannot encode.
     lines = "".join(json.dumps(r) + "\n" for r in records)
     write_atomic(out / f"{bench.name}.jsonl", lines)
@@ -344,6 +348,17 @@ def execute(prep: Prepared, engine: Engine | None = None) -> dict:
         if not log_to_mlflow(summary, cfg.mlflow_uri, cfg.mlflow_run_id):
             _note_pending(cfg, f"evaluation {bench.name} step {cfg.step}: MLflow logging failed")
     return summary
+
+
+def greedy_accuracy(engine: Engine, prompts: list[str], bench: Benchmark,
+                    cfg: EvalConfig) -> dict[str, float]:
+    """eval.greedy: each scorer's accuracy of one greedy answer per problem (temperature 0,
+    the same prompts and token budget): what the model answers when it is surest, which a
+    Mean@n at temperature > 0 does not show."""
+    answers = engine.generate(prompts, n=1, temperature=0.0, top_p=1.0,
+                              max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    grades = grade_samples(bench, answers, cfg.model_copy(update={"n": 1}))
+    return {scorer: sum(g[0].correct for g in per) / len(per) for scorer, per in grades.items()}
 
 
 def measure_kl(prep: Prepared, engine: Engine, prompts: list[str],

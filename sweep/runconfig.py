@@ -151,6 +151,7 @@ def _eval_args(sweep: SweepConfig, checkpoints: list[str], out: str, benches: li
         "--scorers", ",".join(spec.scorers),
         "--no-progress",
         *([] if spec.kl else ["--no-kl"]),
+        *(["--greedy"] if spec.greedy else []),
         *([] if spec.dtype == "auto" else ["--dtype", spec.dtype]),
         *thinking_args(sweep),
     ]

@@ -138,6 +138,9 @@ class EvalSpec(Strict):
     kl: bool = Field(_EVAL["kl"].default, description="estimate KL(pi_ckpt || pi_init) on the "
                      "evaluation samples (eval/kl.py): two forward passes of each sample, "
                      "which on CPU cost a real model more than sampling them")
+    greedy: bool = Field(False, description="also one greedy answer per problem (temperature "
+                         "0) at every evaluation, the initial model's included: a Greedy "
+                         "column beside Mean@n, pass@k and maj@k")
     initial: bool = Field(True, description="also evaluate the initial model (step 0) once "
                           "per benchmark, when it is a local directory: the report's baseline")
     crosscheck: list[Literal["lighteval"]] = Field(

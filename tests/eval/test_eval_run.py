@@ -312,3 +312,27 @@ def test_evaluation_uses_the_template_the_run_trained_with(tmp_path):
         trained_template(ckpt, "dapo")
     (ckpt / "run_config.yaml").write_text(yaml.safe_dump({"task": {"kind": "toy"}}))
     assert trained_template(ckpt, None) == "dapo"  # the trainer's default prompt
+
+
+def test_greedy_adds_the_greedy_answers_accuracy_and_leaves_the_sampled_pass_alone(tmp_path):
+    """--greedy: each scorer's summary gets `greedy`, the accuracy an n = 1, temperature-0
+    evaluation of the same problems reports as its mean; every sampled number and record is
+    what the evaluation without --greedy writes."""
+    model = Path(__file__).resolve().parents[2] / "data" / "tiny-model"
+
+    def run(name, *extra):
+        out = tmp_path / name
+        assert main(["--checkpoint", str(model), "--step", "0", "--benchmark", "toy",
+                     "--limit", "40", "--max-new-tokens", "24", "--template", "dapo",
+                     "--backend", "hf", "--out", str(out), "--no-progress", "--no-kl",
+                     *extra]) == 0
+        return json.loads((out / "toy.json").read_text()), (out / "toy.jsonl").read_text()
+
+    with_greedy, records = run("greedy", "--n", "2", "--temperature", "1.0", "--greedy")
+    sampled, sampled_records = run("sampled", "--n", "2", "--temperature", "1.0")
+    greedy_only, _ = run("greedy_only", "--n", "1", "--temperature", "0")
+    assert records == sampled_records
+    for scorer, block in with_greedy["scorers"].items():
+        assert block.pop("greedy") == greedy_only["scorers"][scorer]["mean"]
+        assert block == sampled["scorers"][scorer]
+    assert greedy_only["scorers"]["math_verify"]["mean"] > 0  # a test of something

@@ -71,6 +71,24 @@ def test_eval_kl_false_reaches_the_eval_cli_as_no_kl(tmp_path):
     assert eval_parser().parse_args(off).kl is False
 
 
+def test_eval_greedy_reaches_the_eval_cli_and_the_initial_models_evaluation(tmp_path):
+    """eval.greedy: true becomes --greedy for every run's evaluation and the initial
+    model's (the warm start's greedy row); the default adds nothing."""
+    from eval.__main__ import eval_parser
+    from sweep.runconfig import initial_eval_args
+
+    off = eval_argv(_sweep(tmp_path, "off"), "dapo_s0", [10], ["toy"])
+    data = merged(yaml.safe_load((REPO / "config" / "default.yaml").read_text()),
+                  {"results_dir": str(tmp_path / "on"), "eval": {"greedy": True}})
+    (tmp_path / "on.yaml").write_text(yaml.safe_dump(data))
+    sweep = load_sweep(tmp_path / "on.yaml")
+    on = eval_argv(sweep, "dapo_s0", [10], ["toy"])
+    assert "--greedy" in on and "--greedy" not in off
+    assert eval_parser().parse_args(on).greedy is True
+    assert eval_parser().parse_args(off).greedy is False
+    assert "--greedy" in initial_eval_args(sweep, ["toy"])
+
+
 def test_eval_dtype_reaches_the_eval_cli_and_auto_adds_nothing(tmp_path):
     """eval.dtype: float32 becomes --dtype float32 (the engine's dtype in eval.run); the
     default, auto, adds no argument, so existing sweeps keep their commands."""
