@@ -22,7 +22,7 @@ from analysis.tables import benchmark_display, label_order, md_escape
 from common.generated import GENERATED
 from common.layout import INITIAL_DIR
 from common.metrics import metric_meta
-from eval.benchmarks import load_benchmark
+from eval.benchmarks import generated_split, load_benchmark
 
 INITIAL_LABEL = "Initial model (step 0)"
 
@@ -30,7 +30,7 @@ INITIAL_LABEL = "Initial model (step 0)"
 def problem_categories(benchmark: str) -> dict[str, str] | None:
     """problem id -> category of a generated benchmark whose task defines `category`; None
     for any other benchmark (a hub benchmark is never read here)."""
-    task = GENERATED.get(benchmark, None)
+    task = GENERATED.get(generated_split(benchmark)[0], None)
     if task is None or not hasattr(task, "category"):
         return None
     return {p["id"]: task.category(p["problem"]) for p in load_benchmark(benchmark).problems}

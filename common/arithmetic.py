@@ -7,8 +7,11 @@ A problem is one of
     "What is a - b?"   10 <= b < a <= 59    (two-digit subtraction: 1,225)
     "What is a * b?"   a in 2..9, b in 11..19 (one digit by two: 72)
 and the gold answer its value as a string. The 2,897 questions are split once,
-deterministically, into a held-out pool (20%: 579) and a training pool (80%: 2,318), so
-training never sees a held-out question. The ranges sit where SmolLM2-135M-Instruct is
+deterministically, into a held-out pool (20%: 579), a validation pool (10%: 289; the
+benchmark `arithmetic_val`, where settings are chosen) and a training pool (70%: 2,029), so
+training never sees a held-out or validation question. The held-out pool is the one it was
+before the validation pool was cut (common.question_pools cuts it first); the training pool
+lost the 289 validation questions. The ranges sit where SmolLM2-135M-Instruct is
 often wrong at temperature 1 but not hopeless (docs/results.md "A real model on a laptop"):
 a task it already solved would show nothing, one it cannot solve would teach nothing.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 from common.question_pools import QuestionPools
 
 TEST_FRACTION = 0.2
+VALIDATION_FRACTION = 0.1
 
 
 def _questions() -> list[tuple[str, int]]:
@@ -29,11 +33,11 @@ def _questions() -> list[tuple[str, int]]:
     return out
 
 
-POOLS = QuestionPools("arithmetic", _questions(), TEST_FRACTION)
+POOLS = QuestionPools("arithmetic", _questions(), TEST_FRACTION, VALIDATION_FRACTION)
 
 
 def pool_size(split: str) -> int:
-    """How many distinct questions `split` has (579 test, 2,318 train)."""
+    """How many distinct questions `split` has (579 test, 289 validation, 2,029 train)."""
     return POOLS.size(split)
 
 

@@ -1,4 +1,4 @@
-"""A generated question family's two splits, cut once and drawn from deterministically: the
+"""A generated question family's splits, cut once and drawn from deterministically: the
 machinery `common.toy` and `common.arithmetic` share (common.generated lists them)."""
 
 from __future__ import annotations
@@ -6,23 +6,34 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")
 
 
 class QuestionPools:
     """`items` shuffled once with `name`'s fixed seed and cut into a held-out pool (the first
-    `test_fraction`) and a training pool, so a training draw never repeats a held-out item."""
+    `test_fraction`), a validation pool (the next `validation_fraction`, none by default)
+    and a training pool (the rest), so a training draw never repeats a held-out or a
+    validation item, and settings tuned on the validation pool never see the held-out one.
+    The held-out pool is the same with or without a validation pool: it is cut first."""
 
-    def __init__(self, name: str, items: Sequence, test_fraction: float) -> None:
+    def __init__(self, name: str, items: Sequence, test_fraction: float,
+                 validation_fraction: float = 0.0) -> None:
         self.name = name
         items = list(items)
         random.Random(f"{name}-split-v1").shuffle(items)
         n_test = int(len(items) * test_fraction)
-        self.pools = {"test": items[:n_test], "train": items[n_test:]}
+        n_val = int(len(items) * validation_fraction)
+        self.pools = {"test": items[:n_test], "validation": items[n_test:n_test + n_val],
+                      "train": items[n_test + n_val:]}
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(s for s in SPLITS if self.pools[s])
 
     def _pool(self, split: str) -> list:
-        if split not in SPLITS:
-            raise ValueError(f"split={split!r} is not a {self.name} split; choose one of {SPLITS}")
+        if split not in self.splits:
+            raise ValueError(f"split={split!r} is not a {self.name} split; choose one of "
+                             f"{self.splits}")
         return self.pools[split]
 
     def size(self, split: str) -> int:

@@ -42,8 +42,19 @@ BENCHMARKS: Registry[HubSource | None] = Registry("benchmark")
 BENCHMARKS.register("aime24", HubSource("HuggingFaceH4/aime_2024", split="train"))
 BENCHMARKS.register("aime25", HubSource("math-ai/aime25", split="test"))
 BENCHMARKS.register("amc23", HubSource("math-ai/amc23", split="test", problem_column="question"))
+VALIDATION_SUFFIX = "_val"  # `<task>_val`: a generated task's validation split, for tuning
 for _name in GENERATED:  # generated (common.generated): the training task's held-out split
     BENCHMARKS.register(_name, None)
+    if "validation" in GENERATED.get(_name).POOLS.splits:
+        BENCHMARKS.register(_name + VALIDATION_SUFFIX, None)
+
+
+def generated_split(name: str) -> tuple[str, str]:
+    """(task, split) of a generated benchmark: `<task>` is its held-out split, `<task>_val`
+    its validation split."""
+    if name.endswith(VALIDATION_SUFFIX):
+        return name.removesuffix(VALIDATION_SUFFIX), "validation"
+    return name, "test"
 
 
 @dataclass
@@ -136,11 +147,12 @@ def load_benchmark(
         path = Path(path)
         problems = _rows_to_problems(name, _read_local(path), str(path), HubSource("", ""))
         kind, where = "local", str(path)
-    elif spec is None:  # generated, deterministic: every held-out problem once
-        task = GENERATED.get(name)
-        count = task.pool_size("test")
-        problems = task.problems(split="test", n=count, seed=0)
-        kind, where = "generated", f"{task.__name__}:test:n={count}:seed=0"
+    elif spec is None:  # generated, deterministic: every problem of its split once
+        task_name, split = generated_split(name)
+        task = GENERATED.get(task_name)
+        count = task.pool_size(split)
+        problems = task.problems(split=split, n=count, seed=0)
+        kind, where = "generated", f"{task.__name__}:{split}:n={count}:seed=0"
     else:
         problems = _rows_to_problems(name, _read_hub(spec), spec.repo_id, spec)
         kind, where = "hub", f"{spec.repo_id}:{spec.split}"

@@ -61,7 +61,8 @@ def _write(path, text):
 def test_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match=r"'aime26' is not registered.*aime24"):
         load_benchmark("aime26")
-    assert set(BENCHMARKS) == {"aime24", "aime25", "amc23", "toy", "arithmetic"}
+    assert set(BENCHMARKS) == {"aime24", "aime25", "amc23", "toy", "arithmetic",
+                               "arithmetic_val"}
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_benchmark("aime24", path=tmp_path / "missing.jsonl")
     bad = _write(tmp_path / "bad.jsonl", '{"problem": "x", "answer": "1"}\n{oops\n')
@@ -95,8 +96,34 @@ def test_generated_arithmetic_is_its_held_out_split_and_never_a_training_questio
     assert bench.source["path_or_id"] == "common.arithmetic:test:n=579:seed=0"
     train = {p["problem"] for p in arithmetic.problems("train", arithmetic.pool_size("train"))}
     assert not train & {p["problem"] for p in bench.problems}
-    assert len(train) == 2318
+    assert len(train) == 2029  # 2,318 before the validation pool was cut from it
     for p in bench.problems[:50]:  # the gold is the question's value
         a, op, b = p["problem"].removeprefix("What is ").removesuffix("?").split()
         assert str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]) == \
             p["answer"]
+
+
+def test_arithmetic_val_is_a_validation_split_disjoint_from_train_and_test():
+    """Three pools, pairwise disjoint, covering every question once; the held-out pool is
+    the one cut before the validation pool existed (the same 579 questions, in order), and
+    the toy task, which has no validation pool, says which splits it has."""
+    import random
+
+    from common import arithmetic, toy
+
+    pools = {s: [p["problem"] for p in arithmetic.problems(s, arithmetic.pool_size(s))]
+             for s in ("train", "validation", "test")}
+    sets = {s: set(v) for s, v in pools.items()}
+    assert [len(sets[s]) for s in ("train", "validation", "test")] == [2029, 289, 579]
+    assert not (sets["train"] & sets["validation"] or sets["train"] & sets["test"]
+                or sets["validation"] & sets["test"])
+    assert len(sets["train"] | sets["validation"] | sets["test"]) == 2897
+    before = [q for q, _ in arithmetic._questions()]
+    random.Random("arithmetic-split-v1").shuffle(before)  # the two-pool cut, as it was
+    assert sets["test"] == set(before[:579])
+    bench = load_benchmark("arithmetic_val")
+    assert [p["problem"] for p in bench.problems] == pools["validation"]
+    assert bench.source["path_or_id"] == "common.arithmetic:validation:n=289:seed=0"
+    assert bench.problems[0]["id"].startswith("arithmetic-validation-")
+    with pytest.raises(ValueError, match=r"not a toy split; choose one of \('train', 'test'\)"):
+        toy.problems("validation", 3)
