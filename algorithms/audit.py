@@ -390,7 +390,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from common.console import quick_teardown
-
-    quick_teardown()  # registered first: its exit handler runs last
     raise SystemExit(main())
