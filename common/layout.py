@@ -28,6 +28,8 @@
         eval/step_<N>/<bench>.json(l)          .eval_summary(N, b), .eval_samples(N, b)
         mlflow_run_id, mlflow_pending          .mlflow_run_id, .mlflow_pending
         DONE                                   .done: written last, the run is complete
+        job_times.json                         .job_times: where its job's time went
+                                               (python -m sweep.job; perf/main_job_profile.py)
 
     crosscheck/                              CrosscheckDir(root)
         benchmarks/<bench>/<bench>.jsonl       .benchmark(b): the problems lighteval reads
@@ -49,6 +51,7 @@ from pathlib import Path
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 DONE = "DONE"
+JOB_TIMES = "job_times.json"
 RUN_ID_FILE = "mlflow_run_id"
 PENDING_FILE = "mlflow_pending"
 STATE_FILE = "resume.pt"
@@ -101,6 +104,10 @@ class RunDir(_Dir):
     @property
     def done(self) -> Path:
         return self.root / DONE
+
+    @property
+    def job_times(self) -> Path:
+        return self.root / JOB_TIMES
 
     @property
     def mlflow_run_id(self) -> Path:

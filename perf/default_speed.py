@@ -31,7 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from perf.same_numbers import compared_files, records  # noqa: E402
+from perf.same_numbers import differing  # noqa: E402
 from sweep.expand import expand  # noqa: E402
 from sweep.runconfig import eval_argv, run_config  # noqa: E402
 from sweep.spec import parse_sweep  # noqa: E402
@@ -89,9 +89,7 @@ def run_once(code: Path, work: Path, sweep, cells) -> dict[str, float]:
 
 
 def same_numbers(old: Path, new: Path) -> str:
-    files = compared_files(old)
-    differ = [str(f) for f in files
-              if not (new / f).is_file() or records(old / f) != records(new / f)]
+    files, differ = differing(old, new)
     if not files:
         return "no files compared"
     return f"ALL IDENTICAL ({len(files)} files)" if not differ else \

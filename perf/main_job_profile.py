@@ -24,17 +24,16 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common.layout import RunDir, SweepDir  # noqa: E402
 from perf.rule_times import read_jobs, render, span_s, summarize  # noqa: E402
-from sweep.job import JOB_TIMES  # noqa: E402
 
 STEP_PARTS = {"rollout": "time_rollout", "log-probs": "time_logprob", "update": "time_update"}
 
 
-def run_phases(run_dir: Path) -> dict[str, float]:
+def run_phases(run: RunDir) -> dict[str, float]:
     """One run's seconds by phase (job_times.json and metrics.jsonl)."""
-    times = json.loads((run_dir / JOB_TIMES).read_text())
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-            if line.strip()]
+    times = json.loads(run.job_times.read_text())
+    rows = [json.loads(line) for line in run.metrics.read_text().splitlines() if line.strip()]
     steps = {part: sum(r.get(key) or 0.0 for r in rows) for part, key in STEP_PARTS.items()}
     step_total = sum(r.get("time_step") or 0.0 for r in rows)
     return {"start-up (interpreter, imports)": times["start_up_s"],
@@ -44,13 +43,13 @@ def run_phases(run_dir: Path) -> dict[str, float]:
             "evaluation": times["eval_s"]}
 
 
-def phase_table(sweep_dir: Path, train_wall_s: float) -> pd.DataFrame:
-    """Seconds and share of every phase, summed over the sweep's runs."""
-    found = sorted((sweep_dir / "runs").glob(f"*/{JOB_TIMES}"))
+def phase_table(sweep_dir: Path, train_wall_s: float) -> tuple[pd.DataFrame, int]:
+    """(seconds and share of every phase, summed over the sweep's runs; how many runs)."""
+    found = [run for run in SweepDir(sweep_dir).run_dirs() if run.job_times.is_file()]
     if not found:
-        raise SystemExit(f"{sweep_dir}: no runs/*/{JOB_TIMES}; run the sweep with this "
+        raise SystemExit(f"{sweep_dir}: no runs/*/job_times.json; run the sweep with this "
                          "checkout (python -m sweep.job writes them)")
-    total = pd.DataFrame([run_phases(p.parent) for p in found]).sum()
+    total = pd.DataFrame([run_phases(run) for run in found]).sum()
     total["the rest of the job (exit, logs)"] = train_wall_s - total.sum()
     return pd.DataFrame({"seconds": total, "share": total / train_wall_s}), len(found)
 

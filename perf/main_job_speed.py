@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from perf.default_speed import interleaved, two_checkouts  # noqa: E402
 from perf.rule_times import read_jobs, span_s  # noqa: E402
-from perf.same_numbers import compared_files, records  # noqa: E402
+from perf.same_numbers import differing, is_timing  # noqa: E402
 
 
 def run_main_job(code: Path, results: Path, keep: Path) -> dict[str, float]:
@@ -54,16 +54,14 @@ def same_tables(old: Path, new: Path) -> list[str]:
     differ = []
     for path in sorted((old / "tables").glob("*.csv")):
         a, b = pd.read_csv(path), pd.read_csv(new / "tables" / path.name)
-        keep = [c for c in a.columns if not c.startswith("time_") and c != "tokens_per_sec"]
+        keep = [c for c in a.columns if not is_timing(c)]
         if list(a.columns) != list(b.columns) or not a[keep].equals(b[keep]):
             differ.append(path.name)
     return differ
 
 
 def same_numbers(old: Path, new: Path) -> str:
-    files = compared_files(old)
-    differ = [str(f) for f in files
-              if not (new / f).is_file() or records(old / f) != records(new / f)]
+    files, differ = differing(old, new)
     tables = same_tables(old, new)
     if not differ and not tables:
         return f"ALL IDENTICAL ({len(files)} run files, every table)"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,10 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from perf.same_numbers import records  # noqa: E402
+
 MODEL = REPO / "results/models/smollm2-135m-instruct"
 PARTS = ("generation", "weight push", "log-probs", "update", "other")
 
@@ -117,11 +122,7 @@ def medians(steps: list[dict[str, float]]) -> dict[str, float]:
 
 
 def same_metrics(a: Path, b: Path) -> str:
-    def rows(path):
-        return [{k: v for k, v in json.loads(line).items()
-                 if not k.startswith("time_") and k != "tokens_per_sec"}
-                for line in path.read_text().splitlines()]
-    return "metrics.jsonl equal" if rows(a) == rows(b) else "metrics.jsonl DIFFER"
+    return "metrics.jsonl equal" if records(a) == records(b) else "metrics.jsonl DIFFER"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("OMP_NUM_THREADS", "2")  # resources.train.cpus of real-cpu
     work = a.work / a.code.name
-    subprocess.run(["rm", "-rf", str(work)], check=True)
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     config = run_config_file(a.method, a.steps, work, a.code)
     steps = profile(config)

@@ -19,8 +19,13 @@ from pathlib import Path
 TIMING_PREFIXES = ("time_", "tokens_per_sec", "wall_s", "seconds")
 
 
+def is_timing(key) -> bool:
+    """A key (or a table's column) that measures time, not a result."""
+    return str(key).startswith(TIMING_PREFIXES)
+
+
 def _without_timing(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not str(k).startswith(TIMING_PREFIXES)}
+    return {k: v for k, v in record.items() if not is_timing(k)}
 
 
 def records(path: Path) -> list[dict]:
@@ -36,6 +41,13 @@ def compared_files(old: Path) -> list[Path]:
     found = [*old.rglob("metrics.jsonl"), *old.rglob("eval/step_*/*.json"),
              *old.rglob("eval/step_*/*.jsonl")]
     return sorted(p.relative_to(old) for p in found)
+
+
+def differing(old: Path, new: Path) -> tuple[list[Path], list[str]]:
+    """(the files compared, those missing or different under `new`)."""
+    files = compared_files(old)
+    return files, [str(f) for f in files
+                   if not (new / f).is_file() or records(old / f) != records(new / f)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -162,11 +162,8 @@ def train_then_evaluate(train_argv: list[str], eval_argv: list[str] | None) -> i
         clock = time.perf_counter()
         code = evaluate(eval_argv)
         times.eval_s = time.perf_counter() - clock
-    times.write(run.root / JOB_TIMES)
+    times.write(run.job_times)
     return code
-
-
-JOB_TIMES = "job_times.json"
 
 
 @dataclasses.dataclass

@@ -8,16 +8,16 @@ import json
 
 import pytest
 
+from common.layout import RunDir
 from perf.main_job_profile import phase_table, run_phases
-from sweep.job import JOB_TIMES
 
 
 def _run(root, run_id, start_up, train, evaluation, steps):
-    run = root / "runs" / run_id
-    run.mkdir(parents=True)
-    (run / JOB_TIMES).write_text(json.dumps(
+    run = RunDir(root / "runs" / run_id)
+    run.root.mkdir(parents=True)
+    run.job_times.write_text(json.dumps(
         {"start_up_s": start_up, "train_s": train, "eval_s": evaluation}))
-    (run / "metrics.jsonl").write_text("".join(
+    run.metrics.write_text("".join(
         json.dumps({"step": i + 1, **s}) + "\n" for i, s in enumerate(steps)))
 
 
@@ -26,7 +26,7 @@ STEP = {"time_rollout": 1.0, "time_logprob": 0.5, "time_update": 2.0, "time_step
 
 def test_phases_of_a_run_add_up_to_its_job_times(tmp_path):
     _run(tmp_path, "a_s0", 4.0, 10.0, 3.0, [STEP, STEP])
-    phases = run_phases(tmp_path / "runs" / "a_s0")
+    phases = run_phases(RunDir(tmp_path / "runs" / "a_s0"))
     assert phases["start-up (interpreter, imports)"] == 4.0
     assert phases["steps: rollout"] == 2.0 and phases["steps: update"] == 4.0
     assert phases["steps: other (metrics, reference)"] == pytest.approx(1.0)  # 8 - 7

@@ -158,8 +158,8 @@ def test_runs_in_one_process_give_each_its_own_processes_numbers_and_log(tiny_mo
     import subprocess
     import sys
 
+    from common.layout import RunDir
     from perf.same_numbers import compared_files
-    from sweep.job import JOB_TIMES
 
     together, apart = tmp_path / "together", tmp_path / "apart"
     runs = []
@@ -182,7 +182,7 @@ def test_runs_in_one_process_give_each_its_own_processes_numbers_and_log(tiny_mo
     for seed in (0, 1):
         log = (together / "logs" / f"r_s{seed}.log").read_text()
         assert f"runs/r_s{seed}" in log and f"runs/r_s{1 - seed}" not in log, log[-2000:]
-    first, second = (json.loads((together / "runs" / f"r_s{s}" / JOB_TIMES).read_text())
+    first, second = (json.loads(RunDir(together / "runs" / f"r_s{s}").job_times.read_text())
                      for s in (0, 1))
     assert first["start_up_s"] > 1.0 > second["start_up_s"]  # imports: seconds vs cached
     assert first["train_s"] > 0 and first["eval_s"] > 0
