@@ -234,16 +234,12 @@ def with_initial_point(df: pd.DataFrame, initial: pd.DataFrame | None, metric: s
     return pd.concat([df, pd.DataFrame(rows)], ignore_index=True) if rows else df
 
 
-def other_problem_sets(df: pd.DataFrame) -> pd.Series:
-    """{step: problem count} of one benchmark's steps that evaluate another number of
-    problems than its last step (empty when every step evaluates the same count, or the
-    count is unknown)."""
+def problem_sets(df: pd.DataFrame) -> pd.Series:
+    """{step: problem count} of one benchmark's evaluations, by step (empty when the count
+    is unknown)."""
     if "num_problems" not in df:
         return pd.Series(dtype=float)
-    sizes = df.dropna(subset=["num_problems"]).groupby("step")["num_problems"].max()
-    if sizes.empty:
-        return sizes
-    return sizes[sizes != sizes.loc[sizes.index.max()]]
+    return df.dropna(subset=["num_problems"]).groupby("step")["num_problems"].max()
 
 
 def _hollow(ax, band: pd.DataFrame, steps, colors: dict[str, tuple], scale: float) -> None:
@@ -283,11 +279,11 @@ def plot_accuracy(
         rows = df[df["benchmark"] == bench]
         band = seed_band(rows, metric)
         _draw(ax, band, colors, meta.scale, markers=True)
-        others = other_problem_sets(rows)
+        sizes = problem_sets(rows)
+        others = sizes[sizes != sizes.iloc[-1]] if len(sizes) else sizes  # not Last's set
         if len(others):
             _hollow(ax, band, others.index, colors, meta.scale)
-            last = int(rows.loc[rows["step"] == rows["step"].max(), "num_problems"].max())
-            notes.append(problem_set_note(bench, others, last))
+            notes.append(problem_set_note(bench, others, int(sizes.iloc[-1])))
         ax.set_title(benchmark_display(bench))
         ax.set_xlabel("Step")
         ax.set_ylabel(meta.axis_label().replace(meta.display, name))

@@ -2,7 +2,6 @@
 import glob
 import json
 import re
-import shlex
 import sys
 
 from snakemake.utils import validate
@@ -13,6 +12,7 @@ from sweep import expand as expand_sweep  # snakemake's own `expand` stays usabl
 from sweep.checks import check_inputs
 from sweep.runconfig import (
     eval_args,
+    eval_argv,
     initial_eval_args,
     initial_model,
     model_dir,
@@ -117,9 +117,8 @@ def cell_runs_json(cell):
     for run_id in CELL_RUNS[cell]:
         train = ["--config", str(LAYOUT.run_config(run_id)),
                  "--parent-run-id-file", str(LAYOUT.parent_run_id)]
-        evaluate = eval_args(SWEEP, run_id, STEPS, BENCHES) if EVAL_IN_TRAIN else None
         runs.append({"log": str(LAYOUT.log("train", run_id)), "train": train,
-                     "eval": shlex.split(evaluate) if evaluate is not None else None})
+                     "eval": eval_argv(SWEEP, run_id, STEPS, BENCHES) if EVAL_IN_TRAIN else None})
     return json.dumps(runs)
 
 
